@@ -1,0 +1,107 @@
+"""The data plane's ASGI application factory."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
+
+from data_plane import http_errors
+from data_plane.errors import ZeroserveError
+from data_plane.metrics import Metrics
+from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
+from data_plane.routes import infer, metrics, models, repository, server
+from data_plane.settings import DataPlaneSettings, ModelControlMode
+from data_plane.state import Lifecycle, ServerState
+from runtimes.base import RuntimeOptions
+
+logger = logging.getLogger(__name__)
+
+
+def build_repository(
+    settings: DataPlaneSettings, metrics_: Metrics, *, gpu_count: int
+) -> ModelRepository:
+    """The repository for ``settings``, reporting loads and unloads to ``metrics_``."""
+
+    def on_load(model: LoadedVersion) -> None:
+        metrics_.model_loads.labels(model.name, "success").inc()
+        metrics_.model_load_seconds.labels(model.name).observe(model.load_duration_s)
+
+    def on_unload(model: LoadedVersion) -> None:
+        metrics_.model_unloads.labels(model.name).inc()
+
+    return ModelRepository(
+        RepositorySettings(
+            root=settings.model_repository,
+            runtime_options=RuntimeOptions(
+                cache_dir=settings.cache_dir,
+                intra_op_threads=settings.intra_op_threads,
+                inter_op_threads=settings.inter_op_threads,
+            ),
+            gpu_count=gpu_count,
+            batcher_queue_bound=settings.batcher_queue_bound,
+            drain_timeout_s=settings.exit_timeout_s,
+        ),
+        on_load=on_load,
+        on_unload=on_unload,
+    )
+
+
+async def load_startup_models(settings: DataPlaneSettings, repo: ModelRepository) -> None:
+    """Mode none loads every model; explicit mode loads the ``--load-model`` names."""
+    if settings.model_control_mode is ModelControlMode.NONE or "*" in settings.load_models:
+        names = await repo.model_names_on_disk()
+    else:
+        names = list(settings.load_models)
+    for name in names:
+        try:
+            await repo.load(name)
+        except ZeroserveError as exc:
+            # Like Triton with --exit-on-error=false: the server starts, not ready.
+            logger.error("failed to load model %s at start: %s", name, exc.message)
+
+
+def create_app(
+    settings: DataPlaneSettings,
+    repo: ModelRepository,
+    metrics_: Metrics,
+    lifecycle: Lifecycle | None = None,
+) -> Starlette:
+    """The Starlette app serving ``repo``; its lifespan loads start-up models and, at
+    shutdown, drains and unloads every model."""
+    lifecycle = lifecycle or Lifecycle()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[ServerState]:
+        await load_startup_models(settings, repo)
+        try:
+            yield ServerState(
+                settings=settings, repository=repo, metrics=metrics_, lifecycle=lifecycle
+            )
+        finally:
+            lifecycle.is_stopping = True
+            await repo.close()
+
+    route_table: list[BaseRoute] = [
+        *server.routes,
+        *models.routes,
+        *infer.routes,
+        *repository.routes,
+        *metrics.routes,
+    ]
+    middleware: list[Middleware] = []
+    return Starlette(
+        routes=route_table,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={
+            ZeroserveError: http_errors.handle_zeroserve_error,
+            HTTPException: http_errors.handle_http_exception,
+            Exception: http_errors.handle_unexpected,
+        },
+    )

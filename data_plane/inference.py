@@ -1,0 +1,234 @@
+"""Inference on one loaded model version: validate, batch, execute, pick the outputs.
+
+Transport-free: the HTTP routes decode the wire format into an :class:`InferRequest` and
+encode the :class:`OutputTensor` list this returns. Validation texts follow Triton's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from data_plane.datatypes import NUMPY_DTYPES
+from data_plane.errors import (
+    InternalError,
+    InvalidArgumentError,
+    QueueFullError,
+    RequestTimeoutError,
+    UnavailableError,
+    request_prefix,
+)
+from data_plane.protocol import InferInput, InferRequest, OutputTensor, classify
+from data_plane.repository import LoadedVersion, TensorSpec
+
+
+async def infer(model: LoadedVersion, request: InferRequest) -> list[OutputTensor]:
+    """Run ``request`` on ``model`` and return the outputs it asked for, in order."""
+    started = time.monotonic_ns()
+    stats = model.stats
+    try:
+        batch, rows = _prepare_inputs(model, request)
+        prepared = time.monotonic_ns()
+        result = await model.batcher.submit(
+            batch,
+            priority=request.priority,
+            timeout_us=request.timeout_us,
+            request_id=request.id,
+        )
+        executed = time.monotonic_ns()
+        outputs = _select_outputs(model, request, result.outputs)
+    except asyncio.CancelledError:
+        stats.record_failure(reason="CANCELED", request_ns=time.monotonic_ns() - started)
+        raise
+    except (QueueFullError, RequestTimeoutError) as exc:
+        stats.record_failure(reason="REJECTED", request_ns=time.monotonic_ns() - started)
+        raise exc
+    except (InvalidArgumentError, UnavailableError) as exc:
+        stats.record_failure(reason="OTHER", request_ns=time.monotonic_ns() - started)
+        raise exc
+    except Exception:
+        stats.record_failure(reason="BACKEND", request_ns=time.monotonic_ns() - started)
+        raise
+    finished = time.monotonic_ns()
+    stats.record_success(
+        rows=rows,
+        request_ns=finished - started,
+        queue_ns=result.queue_ns,
+        input_ns=prepared - started,
+        infer_ns=result.compute_ns,
+        output_ns=finished - executed,
+    )
+    return outputs
+
+
+def _prepare_inputs(
+    model: LoadedVersion, request: InferRequest
+) -> tuple[dict[str, np.ndarray], int]:
+    """Check the inputs against the config; return them by name and the batch size."""
+    prefix = request_prefix(request.id)
+    name = model.name
+    inputs = request.inputs
+    if len(inputs) == 1 and inputs[0].datatype == "":
+        inputs = [_raw_input(model, inputs[0], prefix)]
+    given: dict[str, InferInput] = {}
+    for tensor in inputs:
+        if tensor.name not in model.inputs:
+            raise InvalidArgumentError(
+                f"{prefix}unexpected inference input '{tensor.name}' for model '{name}'"
+            )
+        given[tensor.name] = tensor
+    missing = [n for n, spec in model.inputs.items() if n not in given and not spec.optional]
+    if missing:
+        raise InvalidArgumentError(
+            f"{prefix}expected {len(model.inputs)} inputs but got {len(given)} inputs for model "
+            f"'{name}'. Got input(s) {sorted(given)}, but missing required input(s) "
+            f"{missing}. Please provide all required input(s)."
+        )
+    batching = model.max_batch_size > 0
+    rows = 1
+    batch: dict[str, np.ndarray] = {}
+    for index, tensor in enumerate(given.values()):
+        spec = model.inputs[tensor.name]
+        if tensor.datatype != spec.datatype:
+            raise InvalidArgumentError(
+                f"{prefix}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                f"but model '{name}' expects '{spec.datatype}'"
+            )
+        shape = tensor.shape
+        if batching:
+            if not shape:
+                raise InvalidArgumentError(
+                    f"{prefix}input '{tensor.name}' has no shape but model requires batch "
+                    f"dimension for '{name}'"
+                )
+            if index == 0:
+                rows = shape[0]
+            elif shape[0] != rows:
+                raise InvalidArgumentError(
+                    f"{prefix}input '{tensor.name}' batch size does not match other inputs "
+                    f"for '{name}'"
+                )
+            if rows > model.max_batch_size:
+                raise InvalidArgumentError(
+                    f"{prefix}inference request batch-size must be <= {model.max_batch_size} "
+                    f"for '{name}'"
+                )
+            if rows < 1:
+                raise InvalidArgumentError(
+                    f"{prefix}inference request batch-size must be >= 1 for '{name}'"
+                )
+            _check_dims(spec, shape[1:], shape, prefix, name, batching=True)
+        else:
+            _check_dims(spec, shape, shape, prefix, name, batching=False)
+        batch[tensor.name] = tensor.data
+    return batch, rows
+
+
+def _check_dims(
+    spec: TensorSpec,
+    dims: tuple[int, ...],
+    shape: tuple[int, ...],
+    prefix: str,
+    model: str,
+    *,
+    batching: bool,
+) -> None:
+    expected = spec.dims
+    if len(dims) == len(expected) and all(e in (-1, d) for e, d in zip(expected, dims, strict=True)):
+        return
+    shown = ([-1] if batching else []) + list(expected)
+    note = (
+        " NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+        "dimension to be prepended to each input shape. If you want to specify the full shape "
+        "including the batch dim in your input dims config, try setting max_batch_size to zero. "
+        "See the model configuration docs for allowed inference request shapes."
+        if batching
+        else ""
+    )
+    raise InvalidArgumentError(
+        f"{prefix}unexpected shape for input '{spec.name}' for model '{model}'. Expected "
+        f"{_dims_text(shown)}, got {_dims_text(list(shape))}.{note}"
+    )
+
+
+def _dims_text(dims: list[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _raw_input(model: LoadedVersion, raw: InferInput, prefix: str) -> InferInput:
+    """A raw binary body (header length 0) is the model's only input, batch 1 if batching."""
+    if len(model.inputs) != 1:
+        raise InvalidArgumentError(
+            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(model.inputs)} inputs in '{model.name}' model configuration"
+        )
+    spec = next(iter(model.inputs.values()))
+    if spec.datatype == "BYTES" or any(d < 0 for d in spec.dims):
+        raise InvalidArgumentError(
+            f"{prefix}Raw request for model '{model.name}' needs an input with fixed dims "
+            f"and a fixed-size datatype; input '{spec.name}' has {spec.datatype} "
+            f"{_dims_text(list(spec.dims))}"
+        )
+    shape = ((1,) if model.max_batch_size > 0 else ()) + spec.dims
+    dtype = NUMPY_DTYPES[spec.datatype]
+    count = int(np.prod(shape))
+    wire_bytes = 2 if spec.datatype == "BF16" else dtype.itemsize
+    data = raw.data
+    if data.nbytes != count * wire_bytes:
+        raise InvalidArgumentError(
+            f"{prefix}input byte size mismatch for input '{spec.name}' for model "
+            f"'{model.name}'. Expected {count * wire_bytes}, got {data.nbytes}"
+        )
+    raw_bytes = data.tobytes()
+    if spec.datatype == "BF16":
+        halves = np.frombuffer(raw_bytes, dtype="<u2").astype(np.uint32) << 16
+        array = halves.view(np.float32).reshape(shape)
+    else:
+        array = np.frombuffer(raw_bytes, dtype=dtype.newbyteorder("<")).reshape(shape)
+    return InferInput(name=spec.name, datatype=spec.datatype, shape=shape, data=array)
+
+
+def _select_outputs(
+    model: LoadedVersion, request: InferRequest, produced: Mapping[str, np.ndarray]
+) -> list[OutputTensor]:
+    prefix = request_prefix(request.id)
+    raw = bool(request.inputs) and request.inputs[0].datatype == ""
+    default_binary = request.binary_data_output or raw
+    batching = model.max_batch_size > 0
+    selected: list[OutputTensor] = []
+    wanted = (
+        request.outputs
+        if request.outputs is not None
+        else [None] * len(model.outputs)
+    )
+    names = (
+        [o.name for o in request.outputs]
+        if request.outputs is not None
+        else list(model.outputs)
+    )
+    for name, requested in zip(names, wanted, strict=True):
+        spec = model.outputs.get(name)
+        if spec is None:
+            raise InvalidArgumentError(
+                f"{prefix}unexpected inference output '{name}' for model '{model.name}'"
+            )
+        data = produced.get(name)
+        if data is None:
+            raise InternalError(f"model '{model.name}' did not produce output '{name}'")
+        binary = default_binary
+        if requested is not None and requested.binary_data is not None:
+            binary = requested.binary_data
+        if requested is not None and requested.classification > 0:
+            data = classify(
+                data, requested.classification, batching=batching, labels=spec.labels
+            )
+            selected.append(OutputTensor(name=name, datatype="BYTES", data=data, binary=binary))
+            continue
+        expected = NUMPY_DTYPES[spec.datatype]
+        if data.dtype != expected and spec.datatype != "BYTES":
+            data = data.astype(expected)
+        selected.append(OutputTensor(name=name, datatype=spec.datatype, data=data, binary=binary))
+    return selected

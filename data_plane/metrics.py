@@ -1,0 +1,132 @@
+"""Prometheus metrics: Triton's ``nv_*`` families, exactly named, plus ``zeroserve_*`` ones.
+
+Triton's counters carry no ``_total`` suffix and prometheus_client always adds one, so the
+``nv_*`` families are rendered here from the repository's statistics at scrape time (one
+source of truth with ``/stats``). Our own metrics live on an injected registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from data_plane.repository import LoadedVersion
+from data_plane.stats import FAILURE_REASONS
+
+_COUNTERS: tuple[tuple[str, str], ...] = (
+    ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
+    ("nv_inference_request_failure", "Number of failed inference requests, all batch sizes"),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached "
+        "requests)",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached "
+        "requests)",
+    ),
+)
+
+
+class Metrics:
+    """The server's metrics; ``render`` produces the ``/metrics`` body."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.model_loads = Counter(
+            "zeroserve_model_loads",
+            "Model version loads, by outcome",
+            ["model", "outcome"],
+            registry=self.registry,
+        )
+        self.model_load_seconds = Histogram(
+            "zeroserve_model_load_seconds",
+            "Time from load request to a READY model version (engine build included)",
+            ["model"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self.model_unloads = Counter(
+            "zeroserve_model_unloads",
+            "Model version unloads",
+            ["model"],
+            registry=self.registry,
+        )
+
+    def render(self, models: Iterable[LoadedVersion]) -> bytes:
+        """Prometheus text exposition (format 0.0.4) of every metric."""
+        lines = list(_triton_lines(list(models)))
+        return "\n".join(lines).encode() + b"\n" + generate_latest(self.registry)
+
+
+def _labels(model: LoadedVersion, **extra: str) -> str:
+    pairs = {"model": model.name, "version": str(model.version), **extra}
+    body = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(pairs.items()))
+    return "{" + body + "}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def _triton_lines(models: list[LoadedVersion]) -> Iterator[str]:
+    values = {
+        "nv_inference_request_success": lambda m: [(_labels(m), m.stats.success.count)],
+        "nv_inference_request_failure": lambda m: [
+            (_labels(m, reason=r), m.stats.failures.get(r, 0)) for r in FAILURE_REASONS
+        ],
+        "nv_inference_count": lambda m: [(_labels(m), m.stats.inference_count)],
+        "nv_inference_exec_count": lambda m: [(_labels(m), m.stats.execution_count)],
+        "nv_inference_request_duration_us": lambda m: [
+            (_labels(m), (m.stats.success.ns + m.stats.fail.ns) // 1000)
+        ],
+        "nv_inference_queue_duration_us": lambda m: [(_labels(m), m.stats.queue.ns // 1000)],
+        "nv_inference_compute_input_duration_us": lambda m: [
+            (_labels(m), m.stats.compute_input.ns // 1000)
+        ],
+        "nv_inference_compute_infer_duration_us": lambda m: [
+            (_labels(m), m.stats.compute_infer.ns // 1000)
+        ],
+        "nv_inference_compute_output_duration_us": lambda m: [
+            (_labels(m), m.stats.compute_output.ns // 1000)
+        ],
+    }
+    for name, help_text in _COUNTERS:
+        yield f"# HELP {name} {help_text}"
+        yield f"# TYPE {name} counter"
+        for model in models:
+            for labels, value in values[name](model):
+                yield f"{name}{labels} {value}"
+    yield (
+        "# HELP nv_inference_pending_request_count Instantaneous number of pending requests "
+        "awaiting execution per-model."
+    )
+    yield "# TYPE nv_inference_pending_request_count gauge"
+    for model in models:
+        yield f"nv_inference_pending_request_count{_labels(model)} {model.batcher.pending_count}"
+    yield "# HELP nv_model_load_duration_secs Model load time in seconds"
+    yield "# TYPE nv_model_load_duration_secs gauge"
+    for model in models:
+        yield f"nv_model_load_duration_secs{_labels(model)} {model.load_duration_s:.6f}"

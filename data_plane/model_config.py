@@ -1,0 +1,279 @@
+"""Model configuration: Triton's ModelConfig parsed, validated, normalized and printed.
+
+config.pbtxt is read with protobuf's text format against our copy of Triton's schema, so
+Triton users' repositories load as they are. JSON configs (the load API's ``config``
+parameter, the admin API) use the same field names. ``normalize`` applies the defaults
+Triton applies before a model serves, and ``to_json`` prints what ``/config`` returns.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Final
+
+from google.protobuf import json_format, text_format
+
+from data_plane.proto.model_config_pb2 import (
+    ModelConfig,
+    ModelInstanceGroup,
+    ModelQueuePolicy,
+)
+
+_INT64_PATHS: Final[tuple[tuple[str, ...], ...]] = (
+    ("input", "*", "dims"),
+    ("input", "*", "reshape", "shape"),
+    ("output", "*", "dims"),
+    ("output", "*", "reshape", "shape"),
+    ("version_policy", "specific", "versions"),
+    ("dynamic_batching", "max_queue_delay_microseconds"),
+    ("dynamic_batching", "priority_levels"),
+    ("dynamic_batching", "default_priority_level"),
+    ("dynamic_batching", "default_queue_policy", "default_timeout_microseconds"),
+    ("dynamic_batching", "priority_queue_policy", "**", "default_timeout_microseconds"),
+    ("sequence_batching", "max_sequence_idle_microseconds"),
+    ("sequence_batching", "oldest", "max_queue_delay_microseconds"),
+    ("sequence_batching", "direct", "max_queue_delay_microseconds"),
+    ("sequence_batching", "state", "*", "dims"),
+    ("ensemble_scheduling", "step", "*", "model_version"),
+    ("model_warmup", "*", "inputs", "**", "dims"),
+)
+"""Fields protobuf prints as JSON strings (int64/uint64) that Triton prints as numbers."""
+
+_ENUM_VALUE = re.compile(r'("(?:data_type|kind|timeout_action|format|priority)"\s*:\s*")([^"]*)"')
+
+MODEL_NAME_MAX_LENGTH: Final = 255
+
+
+class ConfigError(ValueError):
+    """A model configuration that cannot be parsed or breaks Triton's rules."""
+
+
+def parse_pbtxt(text: str) -> ModelConfig:
+    """Parse config.pbtxt text; unknown fields are errors, as in Triton."""
+    config = ModelConfig()
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise ConfigError(f"failed to parse config.pbtxt: {exc}") from exc
+    return config
+
+
+def parse_json(text: str | bytes) -> ModelConfig:
+    """Parse a JSON ModelConfig; enum names are matched case-insensitively, as Triton does."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
+    # protobuf's Python JSON parser has no case-insensitive enum option, Triton's C++ one does.
+    text = _ENUM_VALUE.sub(lambda m: m.group(1) + m.group(2).upper() + '"', text)
+    config = ModelConfig()
+    try:
+        json_format.Parse(text, config, ignore_unknown_fields=False)
+    except json_format.ParseError as exc:
+        raise ConfigError(str(exc)) from exc
+    return config
+
+
+def read_config_file(model_dir: Path) -> ModelConfig | None:
+    """The model folder's config.pbtxt, or None when it has none."""
+    path = model_dir / "config.pbtxt"
+    if not path.is_file():
+        return None
+    return parse_pbtxt(path.read_text(encoding="utf-8"))
+
+
+def validate_model_name(name: str) -> None:
+    """Refuse names that are empty, too long, or could escape a folder."""
+    if not name:
+        raise ConfigError("Model name cannot be empty. Please enter a valid name to deploy.")
+    if (
+        name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\x00" in name
+        or len(name) > MODEL_NAME_MAX_LENGTH
+    ):
+        raise ConfigError(
+            f"invalid model name '{name}', model name must not contain path traversal characters"
+        )
+
+
+def normalize(config: ModelConfig, *, name: str, gpu_count: int) -> None:
+    """Validate ``config`` and fill Triton's defaults in place.
+
+    After this, ``name`` is set, ``version_policy`` is explicit, there is exactly one
+    instance group with a concrete kind and count, and dynamic batching has its preferred
+    sizes. ``gpu_count`` decides what KIND_AUTO means.
+    """
+    if config.name and config.name != name:
+        raise ConfigError(
+            f"unexpected 'name' in model configuration, expecting '{name}', got '{config.name}'"
+        )
+    config.name = name
+    if config.max_batch_size < 0:
+        raise ConfigError(f"'max_batch_size' must be non-negative value for {name}")
+    if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
+        raise ConfigError(
+            f"model '{name}': sequence batching and ensembles are not supported by zeroserve"
+        )
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
+        config.version_policy.latest.num_versions = 1
+    _normalize_instance_groups(config, gpu_count=gpu_count)
+    if config.HasField("dynamic_batching"):
+        _normalize_dynamic_batching(config)
+    _check_tensors(config)
+
+
+def _normalize_instance_groups(config: ModelConfig, *, gpu_count: int) -> None:
+    if not config.instance_group:
+        config.instance_group.add()
+    if len(config.instance_group) > 1:
+        # One executor per model version: several groups would need per-group devices.
+        raise ConfigError(f"model '{config.name}': only one instance_group is supported")
+    group = config.instance_group[0]
+    if group.kind in (ModelInstanceGroup.KIND_AUTO, ModelInstanceGroup.KIND_MODEL):
+        group.kind = ModelInstanceGroup.KIND_GPU if gpu_count else ModelInstanceGroup.KIND_CPU
+    if group.kind == ModelInstanceGroup.KIND_GPU:
+        if gpu_count == 0:
+            raise ConfigError(
+                f"instance group {group.name or config.name + '_0'} of model {config.name} "
+                "has kind KIND_GPU but no GPUs are available"
+            )
+        if not group.gpus:
+            group.gpus.append(0)
+        for gpu in group.gpus:
+            if gpu < 0 or gpu >= gpu_count:
+                raise ConfigError(
+                    f"instance group of model {config.name} specifies invalid or unsupported "
+                    f"gpu id {gpu}. GPUs with at least the minimum required CUDA compute "
+                    f"compatibility are: 0..{gpu_count - 1}"
+                )
+    if group.count < 0:
+        raise ConfigError(f"instance group count must be positive for {config.name}")
+    if group.count == 0:
+        group.count = 1
+    if not group.name:
+        group.name = f"{config.name}_0"
+
+
+def _normalize_dynamic_batching(config: ModelConfig) -> None:
+    batching = config.dynamic_batching
+    name = config.name
+    for size in batching.preferred_batch_size:
+        if size <= 0:
+            raise ConfigError(f"dynamic batching preferred size must be positive for {name}")
+        if size > config.max_batch_size:
+            raise ConfigError(
+                f"dynamic batching preferred size must be <= max batch size for {name}"
+            )
+    if not batching.preferred_batch_size and config.max_batch_size > 0:
+        batching.preferred_batch_size.append(config.max_batch_size)
+    levels = batching.priority_levels
+    if levels:
+        if not 1 <= batching.default_priority_level <= levels:
+            raise ConfigError(f"default priority level must be in range [1, {levels}] for {name}")
+        for level in batching.priority_queue_policy:
+            if not 1 <= level <= levels:
+                raise ConfigError(
+                    f"priority queue policy must have priority level in range [1, {levels}] "
+                    f"for {name}"
+                )
+    if batching.preserve_ordering:
+        if levels > 1:
+            raise ConfigError(
+                f"Only one priority level is allowed when 'preserve_ordering' is true for {name}"
+            )
+        policy = batching.default_queue_policy
+        if (
+            policy.timeout_action == ModelQueuePolicy.DELAY
+            and policy.default_timeout_microseconds
+        ):
+            raise ConfigError(
+                "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
+                f"true for {name}"
+            )
+
+
+def _check_tensors(config: ModelConfig) -> None:
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        seen: set[str] = set()
+        for tensor in tensors:
+            if not tensor.name:
+                raise ConfigError(f"model '{config.name}' must specify 'name' for all {kind}s")
+            if tensor.name in seen:
+                raise ConfigError(f"model '{config.name}' has duplicate {kind} '{tensor.name}'")
+            seen.add(tensor.name)
+            if tensor.data_type == 0:
+                raise ConfigError(
+                    f"model {kind} '{tensor.name}' must specify 'data_type' for {config.name}"
+                )
+            for dim in tensor.dims:
+                if dim == 0 or dim < -1:
+                    raise ConfigError(
+                        f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 "
+                        f"to indicate a variable-size dimension for {config.name}"
+                    )
+
+
+def to_json(config: ModelConfig) -> dict[str, Any]:
+    """The config as Triton's ``/config`` prints it: proto names, defaults, int64 as numbers."""
+    doc: dict[str, Any] = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    for path in _INT64_PATHS:
+        _ints_at(doc, path)
+    return doc
+
+
+def _ints_at(node: Any, path: tuple[str, ...]) -> None:
+    if not path or node is None:
+        return
+    head, rest = path[0], path[1:]
+    if head == "*":
+        for item in node if isinstance(node, list) else ():
+            _ints_at(item, rest)
+        return
+    if head == "**":
+        for item in node.values() if isinstance(node, dict) else ():
+            _ints_at(item, rest)
+        return
+    if not isinstance(node, dict) or head not in node:
+        return
+    if rest:
+        _ints_at(node[head], rest)
+    elif isinstance(node[head], list):
+        node[head] = [int(v) for v in node[head]]
+    else:
+        node[head] = int(node[head])
+
+
+def versions_to_load(model_dir: Path, config: ModelConfig) -> list[int]:
+    """The version folders the config's version policy selects, ascending.
+
+    Version folders have integer names; names with a leading zero (other than ``0``) are
+    ignored, as Triton ignores them.
+    """
+    available = sorted(
+        int(entry.name)
+        for entry in model_dir.iterdir()
+        if entry.is_dir()
+        and entry.name.isdigit()
+        and (entry.name == "0" or not entry.name.startswith("0"))
+    )
+    policy = config.version_policy
+    if policy.HasField("all"):
+        chosen = available
+    elif policy.HasField("specific"):
+        wanted = set(policy.specific.versions)
+        chosen = [v for v in available if v in wanted]
+    else:
+        chosen = available[-max(policy.latest.num_versions, 1) :] if available else []
+    if not chosen:
+        raise ConfigError(
+            "at least one version must be available under the version policy of model "
+            f"'{config.name}'"
+        )
+    return chosen

@@ -1,0 +1,449 @@
+"""The model repository: which model versions exist, which are loaded, and their lifecycle.
+
+Loads are de-duplicated (a load of a model that is loading joins it) and never block the
+event loop. A reload builds the new versions while the old ones keep serving, then swaps
+them. An unload takes the version out of service at once, lets the requests it already
+accepted finish, and returns only after the engine has released its memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_plane import model_config
+from data_plane.batcher import Batcher, BatchPolicy
+from data_plane.datatypes import protocol_from_config
+from data_plane.errors import (
+    ModelLoadError,
+    ModelNotReadyError,
+    NotFoundError,
+    UnknownModelError,
+)
+from data_plane.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
+from data_plane.stats import ModelStats
+from runtimes.base import ModelRuntime, RuntimeOptions
+from runtimes.registry import runtime_class_for
+
+logger = logging.getLogger(__name__)
+
+
+class VersionState(enum.StrEnum):
+    """Triton's model version states, as the repository index reports them."""
+
+    UNKNOWN = "UNKNOWN"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One configured input or output, in protocol terms."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    optional: bool = False
+    labels: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class RepositorySettings:
+    """What the repository needs from the server's settings."""
+
+    root: Path
+    runtime_options: RuntimeOptions
+    gpu_count: int
+    batcher_queue_bound: int
+    drain_timeout_s: float
+
+
+@dataclass
+class LoadedVersion:
+    """One model version that is serving (or draining): engine, batcher and counters."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    runtime: ModelRuntime
+    batcher: Batcher
+    stats: ModelStats
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    load_duration_s: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+    config_json: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_batch_size
+
+
+@dataclass(frozen=True)
+class _LoadPlan:
+    """What a load will build, worked out off the event loop."""
+
+    config: ModelConfig
+    versions: list[int]
+    runtime_class: type[ModelRuntime]
+    fingerprint: str
+    labels: dict[str, tuple[str, ...]]
+
+
+@dataclass
+class _Entry:
+    """Everything the repository knows about one model name."""
+
+    name: str
+    serving: dict[int, LoadedVersion] = field(default_factory=dict)
+    states: dict[int, tuple[VersionState, str]] = field(default_factory=dict)
+    fingerprint: str | None = None
+    task: asyncio.Task[None] | None = None
+
+
+class ModelRepository:
+    """Names -> versions -> loaded runtimes, for one server process.
+
+    ``on_load`` and ``on_unload`` let the metrics layer add and drop a version's series.
+    """
+
+    def __init__(
+        self,
+        settings: RepositorySettings,
+        *,
+        on_load: Callable[[LoadedVersion], None] | None = None,
+        on_unload: Callable[[LoadedVersion], None] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._entries: dict[str, _Entry] = {}
+        self._on_load = on_load
+        self._on_unload = on_unload
+
+    @property
+    def root(self) -> Path:
+        return self._settings.root
+
+    # ---- lookups (hot path: no I/O) ----
+
+    def get(self, name: str, version: int | None = None) -> LoadedVersion:
+        """The serving version asked for; ``None`` means the highest READY version."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise UnknownModelError(model=name)
+        if version is None:
+            if not entry.serving:
+                raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
+            return entry.serving[max(entry.serving)]
+        loaded = entry.serving.get(version)
+        if loaded is not None:
+            return loaded
+        if version in entry.states:
+            raise ModelNotReadyError(
+                f"Request for unknown model: '{name}' version {version} is not at ready state"
+            )
+        raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
+
+    def serving_versions(self, name: str) -> list[LoadedVersion]:
+        """Every serving version of ``name`` (may be empty); raises for unknown names."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise UnknownModelError(model=name)
+        return [entry.serving[v] for v in sorted(entry.serving)]
+
+    def all_serving(self) -> Iterator[LoadedVersion]:
+        for name in sorted(self._entries):
+            entry = self._entries[name]
+            for version in sorted(entry.serving):
+                yield entry.serving[version]
+
+    def is_ready(self) -> bool:
+        """Triton's strict readiness: every version known is READY or was unloaded on purpose."""
+        for entry in self._entries.values():
+            for state, reason in entry.states.values():
+                if state is not VersionState.READY and reason != "unloaded":
+                    return False
+        return True
+
+    async def index(self, *, ready_only: bool) -> list[dict[str, Any]]:
+        """Triton's repository index: one row per known version, a name-only row otherwise."""
+        on_disk = await asyncio.to_thread(self._model_names_on_disk)
+        rows: list[dict[str, Any]] = []
+        for name in sorted(set(on_disk) | set(self._entries)):
+            entry = self._entries.get(name)
+            if entry is None or not entry.states:
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
+            for version in sorted(entry.states):
+                state, reason = entry.states[version]
+                if ready_only and state is not VersionState.READY:
+                    continue
+                row: dict[str, Any] = {"name": name, "version": str(version), "state": state}
+                if reason:
+                    row["reason"] = reason
+                rows.append(row)
+        return rows
+
+    def _model_names_on_disk(self) -> list[str]:
+        root = self._settings.root
+        if not root.is_dir():
+            return []
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    async def model_names_on_disk(self) -> list[str]:
+        return await asyncio.to_thread(self._model_names_on_disk)
+
+    # ---- lifecycle ----
+
+    async def load(self, name: str, *, config_override: str | None = None) -> None:
+        """Load (or reload) ``name``; returns when every selected version is READY.
+
+        A load of a model that is already loading joins that load. Loading an unchanged
+        model again is a no-op; a changed one is rebuilt while the old versions serve.
+        """
+        try:
+            model_config.validate_model_name(name)
+        except model_config.ConfigError as exc:
+            raise ModelLoadError(model=name, reason=str(exc)) from exc
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._entries[name] = _Entry(name=name)
+        while entry.task is not None and not entry.task.done():
+            # Join the load or unload in progress, then start ours if it still has work.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(entry.task)
+            if config_override is None:
+                if entry.serving:
+                    return
+        task = asyncio.create_task(self._load(entry, config_override), name=f"load-{name}")
+        entry.task = task
+        await asyncio.shield(task)
+
+    async def unload(self, name: str) -> None:
+        """Take every version of ``name`` out of service, drain it, and free its engine."""
+        entry = self._entries.get(name)
+        if entry is None:
+            raise UnknownModelError(model=name)
+        while entry.task is not None and not entry.task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(entry.task)
+        task = asyncio.create_task(self._unload(entry), name=f"unload-{name}")
+        entry.task = task
+        await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """Unload everything (server shutdown)."""
+        await asyncio.gather(
+            *(self.unload(name) for name, e in list(self._entries.items()) if e.serving),
+            return_exceptions=True,
+        )
+
+    async def _load(self, entry: _Entry, config_override: str | None) -> None:
+        name = entry.name
+        started = time.monotonic()
+        try:
+            plan = await asyncio.to_thread(self._plan_load, name, config_override)
+        except ModelLoadError:
+            if not entry.serving:
+                entry.states = {}
+            raise
+        config, versions, runtime_class, fingerprint = (
+            plan.config, plan.versions, plan.runtime_class, plan.fingerprint
+        )
+        if fingerprint == entry.fingerprint and set(entry.serving) == set(versions):
+            return
+        for version in versions:
+            if version not in entry.serving:
+                entry.states[version] = (VersionState.LOADING, "")
+        built: dict[int, LoadedVersion] = {}
+        try:
+            for version in versions:
+                built[version] = await self._build_version(name, version, plan)
+        except Exception as exc:
+            for loaded in built.values():
+                await self._retire(loaded)
+            reason = exc.message if isinstance(exc, ModelLoadError) else str(exc) or repr(exc)
+            for version in versions:
+                if version not in entry.serving:
+                    entry.states[version] = (VersionState.UNAVAILABLE, reason)
+            logger.warning("load of %s failed: %s", name, reason)
+            if isinstance(exc, ModelLoadError):
+                raise
+            raise ModelLoadError(model=name, reason=reason) from exc
+        old = entry.serving
+        entry.serving = built
+        entry.fingerprint = fingerprint
+        for version in versions:
+            entry.states[version] = (VersionState.READY, "")
+        for loaded in built.values():
+            if self._on_load is not None:
+                self._on_load(loaded)
+        retired = [loaded for version, loaded in old.items()]
+        for loaded in retired:
+            if loaded.version not in built:
+                entry.states[loaded.version] = (VersionState.UNAVAILABLE, "unloaded")
+            await self._retire(loaded)
+        logger.info(
+            "loaded %s versions %s in %.3f s", name, versions, time.monotonic() - started
+        )
+
+    def _plan_load(self, name: str, config_override: str | None) -> _LoadPlan:
+        """Read and complete the config and pick versions (blocking: runs in a thread)."""
+        model_dir = self._settings.root / name
+        if not model_dir.is_dir():
+            raise ModelLoadError(model=name, reason="failed to poll from model repository")
+        try:
+            if config_override is not None:
+                config = model_config.parse_json(config_override)
+            else:
+                config = model_config.read_config_file(model_dir) or ModelConfig()
+            config.name = config.name or name
+            version_dirs = [
+                p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()
+            ]
+            if not version_dirs:
+                raise model_config.ConfigError(
+                    "at least one version must be available under the version policy of "
+                    f"model '{name}'"
+                )
+            newest = max(version_dirs, key=lambda p: int(p.name))
+            runtime_class = runtime_class_for(config, newest)
+            if not config.backend and not config.platform:
+                config.backend = runtime_class.kind
+            runtime_class.complete_config(newest, config)
+            model_config.normalize(config, name=name, gpu_count=self._settings.gpu_count)
+            versions = model_config.versions_to_load(model_dir, config)
+            labels = {
+                t.name: _read_labels(model_dir, t.label_filename)
+                for t in config.output
+                if t.label_filename
+            }
+        except (model_config.ConfigError, ValueError, OSError) as exc:
+            raise ModelLoadError(model=name, reason=str(exc)) from exc
+        return _LoadPlan(config, versions, runtime_class, _fingerprint(model_dir, config), labels)
+
+    async def _build_version(
+        self,
+        name: str,
+        version: int,
+        plan: _LoadPlan,
+    ) -> LoadedVersion:
+        started = time.monotonic()
+        config = plan.config
+        version_config = ModelConfig()
+        version_config.CopyFrom(config)
+        runtime = plan.runtime_class(
+            name=name, version=version, options=self._settings.runtime_options
+        )
+        group = config.instance_group[0]
+        device = (
+            f"cuda:{group.gpus[0]}" if group.kind == ModelInstanceGroup.KIND_GPU else "cpu"
+        )
+        await runtime.load(self._settings.root / name / str(version), version_config, device)
+        stats = ModelStats()
+        try:
+            batcher = Batcher(
+                runtime.infer,
+                BatchPolicy.from_config(
+                    version_config, queue_bound=self._settings.batcher_queue_bound
+                ),
+                on_execution=stats.record_execution,
+            )
+            await batcher.start()
+        except BaseException:
+            await runtime.unload()
+            raise
+        loaded = LoadedVersion(
+            name=name,
+            version=version,
+            config=version_config,
+            runtime=runtime,
+            batcher=batcher,
+            stats=stats,
+            inputs={
+                t.name: TensorSpec(
+                    t.name, protocol_from_config(t.data_type), tuple(t.dims), t.optional
+                )
+                for t in version_config.input
+            },
+            outputs={
+                t.name: TensorSpec(
+                    t.name,
+                    protocol_from_config(t.data_type),
+                    tuple(t.dims),
+                    labels=plan.labels.get(t.name),
+                )
+                for t in version_config.output
+            },
+            load_duration_s=time.monotonic() - started,
+        )
+        loaded.metadata = _metadata(loaded)
+        loaded.config_json = model_config.to_json(version_config)
+        return loaded
+
+    async def _unload(self, entry: _Entry) -> None:
+        serving = entry.serving
+        entry.serving = {}
+        entry.fingerprint = None
+        for version in serving:
+            entry.states[version] = (VersionState.UNLOADING, "")
+        for loaded in serving.values():
+            await self._retire(loaded)
+            entry.states[loaded.version] = (VersionState.UNAVAILABLE, "unloaded")
+        logger.info("unloaded %s", entry.name)
+
+    async def _retire(self, loaded: LoadedVersion) -> None:
+        """Drain a version no longer reachable by new requests, then free its engine."""
+        if self._on_unload is not None:
+            self._on_unload(loaded)
+        try:
+            await loaded.batcher.close(timeout_s=self._settings.drain_timeout_s)
+        finally:
+            await loaded.runtime.unload()
+
+
+def _fingerprint(model_dir: Path, config: ModelConfig) -> str:
+    """Config plus every file's size and mtime: a load of an unchanged model is a no-op."""
+    digest = hashlib.sha256(config.SerializeToString(deterministic=True))
+    for path in sorted(model_dir.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            digest.update(f"{path.relative_to(model_dir)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()
+
+
+def _read_labels(model_dir: Path, label_filename: str) -> tuple[str, ...]:
+    path = (model_dir / label_filename).resolve()
+    if not path.is_relative_to(model_dir.resolve()) or not path.is_file():
+        raise model_config.ConfigError(
+            f"label file '{label_filename}' not found in the folder of model '{model_dir.name}'"
+        )
+    return tuple(path.read_text(encoding="utf-8").splitlines())
+
+
+def _metadata(loaded: LoadedVersion) -> dict[str, Any]:
+    """Triton's model metadata for one version (the versions list is filled per request)."""
+    batch = [-1] if loaded.max_batch_size > 0 else []
+    return {
+        "name": loaded.name,
+        "versions": [str(loaded.version)],
+        "platform": loaded.config.platform or loaded.config.backend,
+        "inputs": [
+            {"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)}
+            for t in loaded.inputs.values()
+        ],
+        "outputs": [
+            {"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)}
+            for t in loaded.outputs.values()
+        ],
+    }

@@ -1,0 +1,1 @@
+"""HTTP transport: parse requests, call the core, encode responses. No model logic here."""

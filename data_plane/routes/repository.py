@@ -1,0 +1,94 @@
+"""Triton's model repository extension: index, load and unload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from data_plane.errors import InvalidArgumentError, UnavailableError, UnsupportedError
+from data_plane.repository import ModelRepository
+from data_plane.routes.body import read_body
+from data_plane.state import is_explicit
+
+_MAX_CONTROL_BODY = 16 * 2**20
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    body = await read_body(request, _MAX_CONTROL_BODY)
+    if not body.strip():
+        return {}
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgumentError("the request body must be a JSON object")
+    return doc
+
+
+def _parameters(doc: dict[str, Any]) -> dict[str, Any]:
+    parameters = doc.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError("Unable to parse 'parameters': expected a JSON object")
+    return parameters
+
+
+def _require_explicit(request: Request) -> None:
+    if not is_explicit(request.state.settings):
+        # Triton gives this text in every non-explicit mode, 'none' included.
+        raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
+    if request.path_params.get("repository") is not None:
+        raise UnsupportedError("'repository_name' specification is not supported")
+
+
+async def index(request: Request) -> Response:
+    doc = await _json_body(request)
+    ready_only = doc.get("ready", False)
+    if not isinstance(ready_only, bool):
+        raise InvalidArgumentError("Invalid value for 'ready': expected a boolean")
+    repository: ModelRepository = request.state.repository
+    rows = await repository.index(ready_only=ready_only)
+    return Response(orjson.dumps(rows), media_type="application/json")
+
+
+async def load(request: Request) -> Response:
+    _require_explicit(request)
+    parameters = _parameters(await _json_body(request))
+    config: str | None = None
+    for key, value in parameters.items():
+        if key == "config":
+            if not isinstance(value, str):
+                raise InvalidArgumentError("Invalid config override: expected a JSON string")
+            config = value
+        else:
+            raise InvalidArgumentError(
+                f"Unrecognized load parameter '{key}' with type '{type(value).__name__}'"
+            )
+    repository: ModelRepository = request.state.repository
+    await repository.load(request.path_params["name"], config_override=config)
+    return Response(status_code=200)
+
+
+async def unload(request: Request) -> Response:
+    _require_explicit(request)
+    parameters = _parameters(await _json_body(request))
+    dependents = parameters.get("unload_dependents", False)
+    if not isinstance(dependents, bool):
+        raise InvalidArgumentError("Unable to parse 'unload_dependents': expected a boolean")
+    repository: ModelRepository = request.state.repository
+    await repository.unload(request.path_params["name"])
+    return Response(status_code=200)
+
+
+routes = [
+    Route("/v2/repository/index", index, methods=["POST"]),
+    Route("/v2/repository/{repository}/index", index, methods=["POST"]),
+    Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
+    Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),
+    Route("/v2/repository/{repository}/models/{name}/load", load, methods=["POST"]),
+    Route("/v2/repository/{repository}/models/{name}/unload", unload, methods=["POST"]),
+]

@@ -1,0 +1,119 @@
+"""Per-model-version statistics in Triton's shape, read by ``/stats`` and ``/metrics``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and a total in nanoseconds, Triton's ``{"count": n, "ns": t}``."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+    def to_json(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+@dataclass(slots=True)
+class BatchSizeStats:
+    """Execution timings for one batch size."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+"""Triton's ``reason`` label values for ``nv_inference_request_failure``."""
+
+
+@dataclass(slots=True)
+class ModelStats:
+    """Counters for one loaded model version; they start from zero at each load, as in Triton."""
+
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
+    inference_count: int = 0
+    execution_count: int = 0
+    last_inference_ms: int = 0
+    batches: dict[int, BatchSizeStats] = field(default_factory=dict)
+
+    def record_execution(self, batch_size: int, compute_ns: int) -> None:
+        """One engine execution of ``batch_size`` rows took ``compute_ns``."""
+        self.execution_count += 1
+        stats = self.batches.get(batch_size)
+        if stats is None:
+            stats = self.batches[batch_size] = BatchSizeStats()
+        stats.compute_infer.add(compute_ns)
+        stats.compute_input.add(0)
+        stats.compute_output.add(0)
+
+    def record_success(
+        self,
+        *,
+        rows: int,
+        request_ns: int,
+        queue_ns: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+    ) -> None:
+        """A request of ``rows`` rows was answered; durations are for that request."""
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.compute_input.add(input_ns)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(output_ns)
+        self.inference_count += rows
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_failure(self, *, reason: str, request_ns: int) -> None:
+        """A request failed; ``reason`` is one of :data:`FAILURE_REASONS`."""
+        self.fail.add(request_ns)
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def to_json(self, *, name: str, version: int) -> dict[str, Any]:
+        """One entry of Triton's ``model_stats`` array."""
+        zero = Duration().to_json()
+        return {
+            "name": name,
+            "version": str(version),
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.to_json(),
+                "fail": self.fail.to_json(),
+                "queue": self.queue.to_json(),
+                "compute_input": self.compute_input.to_json(),
+                "compute_infer": self.compute_infer.to_json(),
+                "compute_output": self.compute_output.to_json(),
+                "cache_hit": zero,
+                "cache_miss": zero,
+            },
+            "response_stats": {},
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": stats.compute_input.to_json(),
+                    "compute_infer": stats.compute_infer.to_json(),
+                    "compute_output": stats.compute_output.to_json(),
+                }
+                for size, stats in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }

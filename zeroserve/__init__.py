@@ -1,0 +1,1 @@
+"""The ``zeroserve`` command line: one entry point for every component."""
