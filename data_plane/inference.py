@@ -21,7 +21,13 @@ from data_plane.errors import (
     UnavailableError,
     request_prefix,
 )
-from data_plane.protocol import InferInput, InferRequest, OutputTensor, classify
+from data_plane.protocol import (
+    InferInput,
+    InferRequest,
+    OutputTensor,
+    bind_raw_input,
+    classify,
+)
 from data_plane.repository import LoadedVersion, TensorSpec
 
 
@@ -72,7 +78,7 @@ def _prepare_inputs(
     name = model.name
     inputs = request.inputs
     if len(inputs) == 1 and inputs[0].datatype == "":
-        inputs = [_raw_input(model, inputs[0], prefix)]
+        inputs = [_raw_input(model, inputs[0], request.id)]
     given: dict[str, InferInput] = {}
     for tensor in inputs:
         if tensor.name not in model.inputs:
@@ -137,7 +143,9 @@ def _check_dims(
     batching: bool,
 ) -> None:
     expected = spec.dims
-    if len(dims) == len(expected) and all(e in (-1, d) for e, d in zip(expected, dims, strict=True)):
+    if len(dims) == len(expected) and all(
+        e in (-1, d) for e, d in zip(expected, dims, strict=True)
+    ):
         return
     shown = ([-1] if batching else []) + list(expected)
     note = (
@@ -158,37 +166,23 @@ def _dims_text(dims: list[int]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
-def _raw_input(model: LoadedVersion, raw: InferInput, prefix: str) -> InferInput:
+def _raw_input(model: LoadedVersion, raw: InferInput, request_id: str | None) -> InferInput:
     """A raw binary body (header length 0) is the model's only input, batch 1 if batching."""
     if len(model.inputs) != 1:
         raise InvalidArgumentError(
-            f"{prefix}Raw request must only have 1 input (found 1) to be deduced but got "
-            f"{len(model.inputs)} inputs in '{model.name}' model configuration"
+            f"{request_prefix(request_id)}Raw request must only have 1 input (found 1) to be "
+            f"deduced but got {len(model.inputs)} inputs in '{model.name}' model configuration"
         )
     spec = next(iter(model.inputs.values()))
-    if spec.datatype == "BYTES" or any(d < 0 for d in spec.dims):
-        raise InvalidArgumentError(
-            f"{prefix}Raw request for model '{model.name}' needs an input with fixed dims "
-            f"and a fixed-size datatype; input '{spec.name}' has {spec.datatype} "
-            f"{_dims_text(list(spec.dims))}"
-        )
-    shape = ((1,) if model.max_batch_size > 0 else ()) + spec.dims
-    dtype = NUMPY_DTYPES[spec.datatype]
-    count = int(np.prod(shape))
-    wire_bytes = 2 if spec.datatype == "BF16" else dtype.itemsize
-    data = raw.data
-    if data.nbytes != count * wire_bytes:
-        raise InvalidArgumentError(
-            f"{prefix}input byte size mismatch for input '{spec.name}' for model "
-            f"'{model.name}'. Expected {count * wire_bytes}, got {data.nbytes}"
-        )
-    raw_bytes = data.tobytes()
-    if spec.datatype == "BF16":
-        halves = np.frombuffer(raw_bytes, dtype="<u2").astype(np.uint32) << 16
-        array = halves.view(np.float32).reshape(shape)
-    else:
-        array = np.frombuffer(raw_bytes, dtype=dtype.newbyteorder("<")).reshape(shape)
-    return InferInput(name=spec.name, datatype=spec.datatype, shape=shape, data=array)
+    return bind_raw_input(
+        raw,
+        model=model.name,
+        name=spec.name,
+        datatype=spec.datatype,
+        dims=spec.dims,
+        max_batch_size=model.max_batch_size,
+        request_id=request_id,
+    )
 
 
 def _select_outputs(
@@ -199,15 +193,9 @@ def _select_outputs(
     default_binary = request.binary_data_output or raw
     batching = model.max_batch_size > 0
     selected: list[OutputTensor] = []
-    wanted = (
-        request.outputs
-        if request.outputs is not None
-        else [None] * len(model.outputs)
-    )
+    wanted = request.outputs if request.outputs is not None else [None] * len(model.outputs)
     names = (
-        [o.name for o in request.outputs]
-        if request.outputs is not None
-        else list(model.outputs)
+        [o.name for o in request.outputs] if request.outputs is not None else list(model.outputs)
     )
     for name, requested in zip(names, wanted, strict=True):
         spec = model.outputs.get(name)
@@ -222,9 +210,7 @@ def _select_outputs(
         if requested is not None and requested.binary_data is not None:
             binary = requested.binary_data
         if requested is not None and requested.classification > 0:
-            data = classify(
-                data, requested.classification, batching=batching, labels=spec.labels
-            )
+            data = classify(data, requested.classification, batching=batching, labels=spec.labels)
             selected.append(OutputTensor(name=name, datatype="BYTES", data=data, binary=binary))
             continue
         expected = NUMPY_DTYPES[spec.datatype]

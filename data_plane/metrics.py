@@ -39,8 +39,7 @@ _COUNTERS: tuple[tuple[str, str], ...] = (
     ),
     (
         "nv_inference_compute_infer_duration_us",
-        "Cumulative compute inference duration in microseconds (does not include cached "
-        "requests)",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
     ),
     (
         "nv_inference_compute_output_duration_us",
@@ -126,6 +125,10 @@ def _triton_lines(models: list[LoadedVersion]) -> Iterator[str]:
     yield "# TYPE nv_inference_pending_request_count gauge"
     for model in models:
         yield f"nv_inference_pending_request_count{_labels(model)} {model.batcher.pending_count}"
+    yield ("# HELP zeroserve_executing_requests Requests inside an engine execution now, per model")
+    yield "# TYPE zeroserve_executing_requests gauge"
+    for model in models:
+        yield f"zeroserve_executing_requests{_labels(model)} {model.batcher.executing_count}"
     yield "# HELP nv_model_load_duration_secs Model load time in seconds"
     yield "# TYPE nv_model_load_duration_secs gauge"
     for model in models:

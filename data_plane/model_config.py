@@ -185,10 +185,7 @@ def _normalize_dynamic_batching(config: ModelConfig) -> None:
                 f"Only one priority level is allowed when 'preserve_ordering' is true for {name}"
             )
         policy = batching.default_queue_policy
-        if (
-            policy.timeout_action == ModelQueuePolicy.DELAY
-            and policy.default_timeout_microseconds
-        ):
+        if policy.timeout_action == ModelQueuePolicy.DELAY and policy.default_timeout_microseconds:
             raise ConfigError(
                 "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
                 f"true for {name}"

@@ -35,6 +35,8 @@ from runtimes.registry import runtime_class_for
 
 logger = logging.getLogger(__name__)
 
+_NO_VERSIONS = "Request for unknown model: '{name}' has no available versions"
+
 
 class VersionState(enum.StrEnum):
     """Triton's model version states, as the repository index reports them."""
@@ -142,7 +144,7 @@ class ModelRepository:
             raise UnknownModelError(model=name)
         if version is None:
             if not entry.serving:
-                raise NotFoundError(f"Request for unknown model: '{name}' has no available versions")
+                raise NotFoundError(_NO_VERSIONS.format(name=name))
             return entry.serving[max(entry.serving)]
         loaded = entry.serving.get(version)
         if loaded is not None:
@@ -254,13 +256,12 @@ class ModelRepository:
         try:
             plan = await asyncio.to_thread(self._plan_load, name, config_override)
         except ModelLoadError:
-            if not entry.serving:
-                entry.states = {}
+            if not entry.serving and not entry.states:
+                # Nothing was ever known of this name: forget it again.
+                self._entries.pop(name, None)
             raise
-        config, versions, runtime_class, fingerprint = (
-            plan.config, plan.versions, plan.runtime_class, plan.fingerprint
-        )
-        if fingerprint == entry.fingerprint and set(entry.serving) == set(versions):
+        versions = plan.versions
+        if plan.fingerprint == entry.fingerprint and set(entry.serving) == set(versions):
             return
         for version in versions:
             if version not in entry.serving:
@@ -282,7 +283,7 @@ class ModelRepository:
             raise ModelLoadError(model=name, reason=reason) from exc
         old = entry.serving
         entry.serving = built
-        entry.fingerprint = fingerprint
+        entry.fingerprint = plan.fingerprint
         for version in versions:
             entry.states[version] = (VersionState.READY, "")
         for loaded in built.values():
@@ -293,9 +294,7 @@ class ModelRepository:
             if loaded.version not in built:
                 entry.states[loaded.version] = (VersionState.UNAVAILABLE, "unloaded")
             await self._retire(loaded)
-        logger.info(
-            "loaded %s versions %s in %.3f s", name, versions, time.monotonic() - started
-        )
+        logger.info("loaded %s versions %s in %.3f s", name, versions, time.monotonic() - started)
 
     def _plan_load(self, name: str, config_override: str | None) -> _LoadPlan:
         """Read and complete the config and pick versions (blocking: runs in a thread)."""
@@ -308,9 +307,7 @@ class ModelRepository:
             else:
                 config = model_config.read_config_file(model_dir) or ModelConfig()
             config.name = config.name or name
-            version_dirs = [
-                p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()
-            ]
+            version_dirs = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
             if not version_dirs:
                 raise model_config.ConfigError(
                     "at least one version must be available under the version policy of "
@@ -346,9 +343,7 @@ class ModelRepository:
             name=name, version=version, options=self._settings.runtime_options
         )
         group = config.instance_group[0]
-        device = (
-            f"cuda:{group.gpus[0]}" if group.kind == ModelInstanceGroup.KIND_GPU else "cpu"
-        )
+        device = f"cuda:{group.gpus[0]}" if group.kind == ModelInstanceGroup.KIND_GPU else "cpu"
         await runtime.load(self._settings.root / name / str(version), version_config, device)
         stats = ModelStats()
         try:
@@ -418,7 +413,9 @@ def _fingerprint(model_dir: Path, config: ModelConfig) -> str:
     for path in sorted(model_dir.rglob("*")):
         if path.is_file():
             stat = path.stat()
-            digest.update(f"{path.relative_to(model_dir)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+            digest.update(
+                f"{path.relative_to(model_dir)}:{stat.st_size}:{stat.st_mtime_ns};".encode()
+            )
     return digest.hexdigest()
 
 

@@ -36,9 +36,7 @@ class _DrainingServer(uvicorn.Server):
             return
         self._lifecycle.is_stopping = True
         logger.info("readiness failed; stopping in %.1f s", self._propagation_s)
-        asyncio.get_running_loop().call_later(
-            self._propagation_s, super().handle_exit, sig, frame
-        )
+        asyncio.get_running_loop().call_later(self._propagation_s, super().handle_exit, sig, frame)
 
 
 def run(settings: DataPlaneSettings) -> None:

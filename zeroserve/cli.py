@@ -42,8 +42,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from data_plane.settings import DataPlaneSettings, ModelControlMode
     from data_plane.server import run
+    from data_plane.settings import DataPlaneSettings, ModelControlMode
 
     repository: Path | None = args.model_repository
     if args.demo:
@@ -54,17 +54,15 @@ def _serve(args: argparse.Namespace) -> int:
         print(
             f"demo model '{DEMO_MODEL}' in {repository}; try:\n"
             f"  curl -s -X POST http://{args.host}:{args.http_port}/v2/models/{DEMO_MODEL}/infer"
-            " -d '{\"inputs\":[{\"name\":\"INPUT0\",\"datatype\":\"FP32\",\"shape\":[1,4],"
-            "\"data\":[1,2,3,4]}]}'",
+            ' -d \'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],'
+            '"data":[1,2,3,4]}]}\'',
             flush=True,
         )
     if repository is None:
         print("zeroserve serve: --model-repository is required (or --demo)", file=sys.stderr)
         return 2
     if args.load_model and args.model_control_mode != "explicit":
-        print(
-            "zeroserve serve: --load-model needs --model-control-mode explicit", file=sys.stderr
-        )
+        print("zeroserve serve: --load-model needs --model-control-mode explicit", file=sys.stderr)
         return 2
     overrides: dict[str, object] = {}
     if args.http_max_input_size is not None:

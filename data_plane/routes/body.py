@@ -34,4 +34,3 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             raise _too_large(total, max_bytes)
         chunks.append(chunk)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-

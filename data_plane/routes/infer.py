@@ -7,15 +7,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from data_plane import inference
+from data_plane.compression import choose_response_encoding, decode_body, encode_body
 from data_plane.errors import ServerStoppingError
-from data_plane.protocol import (
-    choose_response_encoding,
-    decode_body,
-    decode_infer_request,
-    encode_body,
-    encode_infer_response,
-    parse_header_length,
-)
+from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
 from data_plane.routes.body import read_body
 from data_plane.routes.models import path_version
 

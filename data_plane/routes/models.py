@@ -85,9 +85,7 @@ async def stats(request: Request) -> Response:
             ) from None
         if not models:
             raise InvalidArgumentError(f"requested model '{name}' is not available")
-    return _json(
-        {"model_stats": [m.stats.to_json(name=m.name, version=m.version) for m in models]}
-    )
+    return _json({"model_stats": [m.stats.to_json(name=m.name, version=m.version) for m in models]})
 
 
 routes = [

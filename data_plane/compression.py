@@ -1,0 +1,111 @@
+"""HTTP body compression for ``/infer``, as Triton does it (``shared/research/triton.md`` §1.8).
+
+Requests may carry ``Content-Encoding: gzip`` or ``deflate``; responses are compressed with the
+best-weighted of ``gzip``/``deflate``/``identity`` in ``Accept-Encoding``. Decompression is
+always bounded, so a small compressed body cannot expand past the input size limit.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from typing import Final
+
+from data_plane.errors import InvalidArgumentError, UnsupportedError
+
+__all__ = ["choose_response_encoding", "decode_body", "encode_body"]
+
+_GZIP_OR_ZLIB: Final = 32 + zlib.MAX_WBITS  # either header, detected as Triton's inflate does
+_RAW_DEFLATE: Final = -zlib.MAX_WBITS
+_GZIP: Final = 16 + zlib.MAX_WBITS
+_LEADING_FLOAT: Final = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def decode_body(body: bytes, content_encoding: str | None, *, max_bytes: int) -> bytes:
+    """Undo the request's ``Content-Encoding``; never produces more than ``max_bytes``.
+
+    ``gzip`` and ``deflate`` each accept a gzip or zlib stream (like Triton's inflate) and
+    ``deflate`` also raw DEFLATE, which some clients send; ``identity`` or none returns ``body``
+    as is (its size is the transport's to bound). Anything else raises `UnsupportedError`
+    (the route adds ``Accept-Encoding: gzip, deflate``); oversized or corrupt data raises
+    `InvalidArgumentError`.
+    """
+    encoding = (content_encoding or "").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise UnsupportedError("Unsupported compression type")
+    if not body:
+        raise InvalidArgumentError("nothing to be decompressed")
+    try:
+        try:
+            return _inflate(body, _GZIP_OR_ZLIB, encoding, max_bytes)
+        except zlib.error:
+            if encoding == "gzip":
+                raise
+        return _inflate(body, _RAW_DEFLATE, encoding, max_bytes)  # some clients send raw
+    except zlib.error as exc:
+        raise InvalidArgumentError(
+            f"failed to decompress the request body ({encoding}): {exc}"
+        ) from None
+
+
+def _inflate(body: bytes, wbits: int, encoding: str, max_bytes: int) -> bytes:
+    """Inflate at most ``max_bytes``; raises zlib.error for data that is not a stream."""
+    parts: list[bytes] = []
+    produced, remaining = 0, body
+    # Loop for concatenated gzip members (RFC 1952 allows several, as gzip.decompress does).
+    while remaining:
+        inflater = zlib.decompressobj(wbits)
+        part = inflater.decompress(remaining, max_bytes - produced + 1)
+        produced += len(part)
+        if produced > max_bytes:
+            raise InvalidArgumentError(
+                "Decompressed data size exceeds the maximum allowed value of "
+                f"{max_bytes} bytes. Use --http-max-input-size to increase the limit."
+            )
+        if not inflater.eof:
+            raise InvalidArgumentError(
+                f"failed to decompress the request body ({encoding}): truncated data"
+            )
+        parts.append(part)
+        remaining = inflater.unused_data
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def choose_response_encoding(accept_encoding: str | None) -> str | None:
+    """Pick ``"gzip"``, ``"deflate"`` or None (identity) from ``Accept-Encoding``.
+
+    Mirrors Triton's ``CompressionTypeUsed``: the highest ``;q=`` weight wins, the first listed
+    on a tie; weight 0 or unparsable entries are skipped; ``*`` is not understood.
+    """
+    if not accept_encoding:
+        return None
+    chosen, best = "identity", 0.0
+    for item in accept_encoding.split(","):
+        coding, _, weight_text = item.lstrip(" ").partition(";q=")
+        weight = 1.0
+        if weight_text:
+            match = _LEADING_FLOAT.match(weight_text)
+            if match is None:
+                continue
+            weight = float(match.group(0))
+        if coding in ("identity", "deflate", "gzip") and weight > best:
+            chosen, best = coding, weight
+    return None if chosen == "identity" else chosen
+
+
+def encode_body(body: bytes, encoding: str, *, level: int = 6) -> bytes:
+    """Compress a response body for ``Content-Encoding: gzip`` or ``deflate`` (zlib-wrapped).
+
+    ``level`` defaults to zlib's default, which Triton uses; the gzip header carries no
+    timestamp, so equal bodies compress to equal bytes. Other encodings raise ValueError.
+    """
+    if encoding == "gzip":
+        wbits = _GZIP
+    elif encoding == "deflate":
+        wbits = zlib.MAX_WBITS
+    else:
+        raise ValueError(f"cannot encode a body as {encoding!r}")
+    compressor = zlib.compressobj(level, zlib.DEFLATED, wbits)
+    return compressor.compress(body) + compressor.flush()
