@@ -56,7 +56,7 @@ class ModelRuntime(abc.ABC):
     """
 
     kind: ClassVar[str]
-    """The config ``backend`` name this runtime serves (``onnxruntime``, ``pytorch``, ``python``)."""
+    """The config ``backend`` this runtime serves (``onnxruntime``, ``pytorch``, ``python``)."""
     model_filename: ClassVar[str]
     """The default file name inside a version folder (``model.onnx``, ...)."""
     capabilities: ClassVar[RuntimeCapabilities] = RuntimeCapabilities()
@@ -75,6 +75,7 @@ class ModelRuntime(abc.ABC):
         the version to be loaded. Fields the user set are never overwritten. The default
         does nothing; runtimes whose files describe themselves (ONNX) override it.
         """
+        return None
 
     @abc.abstractmethod
     async def load(self, model_dir: Path, config: ModelConfig, device: str) -> None:
@@ -109,3 +110,8 @@ class ModelRuntime(abc.ABC):
     async def wake(self) -> None:
         """Undo :meth:`sleep`; only where ``capabilities.can_sleep``."""
         raise NotImplementedError(f"{self.kind} runtime cannot sleep")
+
+
+def instance_count(config: ModelConfig) -> int:
+    """How many executions of one model version may run at once (Triton's instance count)."""
+    return max(1, sum(max(group.count, 1) for group in config.instance_group))

@@ -1,0 +1,136 @@
+"""Which :class:`~runtimes.base.ModelRuntime` serves a model: by backend, platform, then files.
+
+The order follows Triton: an explicit ``backend`` wins, then a ``platform`` name, then the
+files in the version folder (``default_model_filename`` first, then the default names).
+Runtime modules are imported here, but none of them imports its optional engine (torch)
+at import time, so this module imports without the extras.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Final
+
+from data_plane.proto.model_config_pb2 import ModelConfig
+from runtimes.base import ModelRuntime
+from runtimes.onnx import OnnxRuntime
+from runtimes.python_model import PythonRuntime
+from runtimes.torch import EXPORT_FILENAME, TORCHSCRIPT_FILENAME, TorchRuntime
+
+_BACKENDS: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
+    {runtime.kind: runtime for runtime in (OnnxRuntime, TorchRuntime, PythonRuntime)}
+)
+"""Config ``backend`` -> runtime class."""
+
+_PLATFORMS: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
+    {
+        "onnxruntime_onnx": OnnxRuntime,
+        "pytorch_libtorch": TorchRuntime,
+        # Not a Triton platform name: Triton serves torch.export programs through
+        # `backend: "pytorch"`. Accepted so that a platform-only config can say so.
+        "pytorch_export": TorchRuntime,
+    }
+)
+"""Config ``platform`` -> runtime class (Triton's names where Triton has one)."""
+
+_SUFFIXES: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
+    {".onnx": OnnxRuntime, ".pt": TorchRuntime, ".pt2": TorchRuntime, ".py": PythonRuntime}
+)
+"""Model file suffix -> runtime class, for ``default_model_filename``."""
+
+_DEFAULT_FILES: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
+    {
+        OnnxRuntime.model_filename: OnnxRuntime,
+        TORCHSCRIPT_FILENAME: TorchRuntime,
+        EXPORT_FILENAME: TorchRuntime,
+        PythonRuntime.model_filename: PythonRuntime,
+    }
+)
+"""Default file names a version folder may hold -> runtime class."""
+
+_ENGINE_MODULES: Final[Mapping[str, str | None]] = MappingProxyType(
+    {OnnxRuntime.kind: "onnxruntime", TorchRuntime.kind: "torch", PythonRuntime.kind: None}
+)
+"""Backend -> the package its engine needs (None: nothing beyond the server)."""
+
+
+def available_backends() -> list[str]:
+    """Backend names whose engine package is installed, sorted."""
+    return sorted(kind for kind in _BACKENDS if _is_installed(kind))
+
+
+def runtime_class_for(config: ModelConfig, version_dir: Path | None) -> type[ModelRuntime]:
+    """The runtime class for ``config``, looking into ``version_dir`` if the config is silent.
+
+    Raises ValueError naming what was looked at when the backend or platform is unknown,
+    disagree with each other, the engine is not installed, or the files match no runtime
+    or more than one.
+    """
+    runtime = _from_config(config)
+    if runtime is None:
+        runtime = _from_files(config, version_dir)
+    if not _is_installed(runtime.kind):
+        raise ValueError(
+            f"backend {runtime.kind!r} needs the {_ENGINE_MODULES[runtime.kind]!r} package, "
+            f"which is not installed; available backends: {available_backends()}"
+        )
+    return runtime
+
+
+def _from_config(config: ModelConfig) -> type[ModelRuntime] | None:
+    by_backend = by_platform = None
+    if config.backend:
+        by_backend = _BACKENDS.get(config.backend)
+        if by_backend is None:
+            raise ValueError(
+                f"unknown backend {config.backend!r}; supported backends: {sorted(_BACKENDS)}"
+            )
+    if config.platform:
+        by_platform = _PLATFORMS.get(config.platform)
+        if by_platform is None:
+            raise ValueError(
+                f"unsupported platform {config.platform!r}; supported platforms: "
+                f"{sorted(_PLATFORMS)} (or set backend: {sorted(_BACKENDS)})"
+            )
+    if by_backend is not None and by_platform is not None and by_backend is not by_platform:
+        raise ValueError(
+            f"backend {config.backend!r} and platform {config.platform!r} disagree; "
+            "set only one of them"
+        )
+    return by_backend or by_platform
+
+
+def _from_files(config: ModelConfig, version_dir: Path | None) -> type[ModelRuntime]:
+    if config.default_model_filename:
+        runtime = _SUFFIXES.get(Path(config.default_model_filename).suffix)
+        if runtime is None:
+            raise ValueError(
+                f"cannot tell the backend of default_model_filename "
+                f"{config.default_model_filename!r}; set backend in config.pbtxt"
+            )
+        return runtime
+    if version_dir is None:
+        raise ValueError("the configuration names no backend or platform; set backend")
+    found = {
+        name: runtime for name, runtime in _DEFAULT_FILES.items() if (version_dir / name).is_file()
+    }
+    runtimes = set(found.values())
+    if len(runtimes) == 1:
+        return runtimes.pop()
+    if not runtimes:
+        raise ValueError(
+            f"no backend or platform in the configuration and no model file in {version_dir} "
+            f"(looked for {', '.join(_DEFAULT_FILES)})"
+        )
+    raise ValueError(
+        f"{version_dir} holds files of several backends ({', '.join(sorted(found))}); "
+        "set backend in config.pbtxt"
+    )
+
+
+def _is_installed(kind: str) -> bool:
+    module = _ENGINE_MODULES[kind]
+    return module is None or importlib.util.find_spec(module) is not None

@@ -1,0 +1,423 @@
+"""OnnxRuntime: numbers against numpy, datatypes, instances, auto-complete, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from data_plane.errors import InvalidArgumentError, ModelLoadError, ModelNotReadyError
+from data_plane.proto import model_config_pb2 as mc
+from runtimes.base import RuntimeOptions, RuntimeState
+from runtimes.onnx import DEFAULT_MAX_BATCH_SIZE, OnnxRuntime
+from tests.models import (
+    ONNX_ELEM_TYPES,
+    ONNX_IR_VERSION,
+    ONNX_OPSET,
+    load_mlp_weights,
+    load_runtime,
+    mlp_reference,
+    read_config,
+    state_of,
+    write_onnx_add_sub,
+    write_onnx_identity,
+    write_onnx_mlp,
+)
+
+
+def _threads(prefix: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+
+def _sample(datatype: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Values that exercise each datatype's edges and survive a round trip exactly."""
+    rng = np.random.default_rng(1)
+    size = int(np.prod(shape))
+    if datatype == "BOOL":
+        return rng.integers(0, 2, size).astype(bool).reshape(shape)
+    if datatype == "BYTES":
+        words = [b"hello", "\u00e9t\u00e9".encode(), b"", b"a\x00b", b"\xf0\x9f\x99\x82"]
+        return np.array([words[i % len(words)] for i in range(size)], dtype=object).reshape(shape)
+    if datatype == "BF16":
+        # bfloat16 values are float32 values with the low 16 bits clear.
+        bits = rng.standard_normal(size).astype(np.float32).view(np.uint32) & 0xFFFF0000
+        return bits.view(np.float32).reshape(shape)
+    dtype = np.dtype(datatype.lower().replace("fp", "float"))
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        values = np.array([info.min, info.max, 0, 1], dtype=dtype)
+    else:
+        values = np.array([np.finfo(dtype).max, -np.inf, np.nan, 0.5], dtype=dtype)
+    return np.resize(values, shape)
+
+
+@pytest.mark.anyio
+async def test_mlp_matches_numpy_then_unloads(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp")
+    runtime = await load_runtime(OnnxRuntime, model_dir)
+    assert state_of(runtime) is RuntimeState.READY
+    x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
+
+    outputs = await runtime.infer({"INPUT0": x})
+
+    assert list(outputs) == ["OUTPUT0"]
+    assert outputs["OUTPUT0"].dtype == np.float32
+    np.testing.assert_allclose(
+        outputs["OUTPUT0"], mlp_reference(load_mlp_weights(model_dir), x), rtol=1e-5, atol=1e-5
+    )
+    await runtime.unload()
+    assert state_of(runtime) is RuntimeState.UNLOADED
+    with pytest.raises(ModelNotReadyError):
+        await runtime.infer({"INPUT0": x})
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("dtype", ["FP32", "INT32"])
+async def test_add_sub(tmp_path: Path, dtype: Literal["FP32", "INT32"]) -> None:
+    runtime = await load_runtime(OnnxRuntime, write_onnx_add_sub(tmp_path, "simple", dtype=dtype))
+    rng = np.random.default_rng(0)
+    numpy_dtype = np.float32 if dtype == "FP32" else np.int32
+    a, b = (rng.integers(-100, 100, (3, 16)).astype(numpy_dtype) for _ in "ab")
+
+    outputs = await runtime.infer({"INPUT0": a, "INPUT1": b})
+
+    np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], a - b)
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("datatype", sorted(ONNX_ELEM_TYPES))
+async def test_identity_round_trips_every_datatype(tmp_path: Path, datatype: str) -> None:
+    model_dir = write_onnx_identity(tmp_path, f"id_{datatype.lower()}", datatype=datatype)
+    runtime = await load_runtime(OnnxRuntime, model_dir)
+    x = _sample(datatype, (2, 5))
+
+    out = (await runtime.infer({"INPUT0": x}))["OUTPUT0"]
+
+    assert out.dtype == x.dtype
+    assert out.shape == x.shape
+    if datatype == "BYTES":
+        assert out.tolist() == x.tolist()
+        assert all(type(item) is bytes for item in out.reshape(-1))
+    else:
+        np.testing.assert_array_equal(out, x)
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+async def test_bf16_inputs_round_to_nearest_even(tmp_path: Path) -> None:
+    runtime = await load_runtime(OnnxRuntime, write_onnx_identity(tmp_path, "bf", datatype="BF16"))
+    step = 2.0**-8  # half a bfloat16 ulp at 1.0
+    x = np.array([[1 + step, 1 + 3 * step, np.nan, -np.inf, 3.4e38]], dtype=np.float32)
+
+    out = (await runtime.infer({"INPUT0": x}))["OUTPUT0"]
+
+    # Ties go to the even mantissa; NaN stays NaN; the largest float32 overflows to inf.
+    expected = np.array([[1.0, 1 + 4 * step, np.nan, -np.inf, np.inf]], dtype=np.float32)
+    np.testing.assert_array_equal(out, expected)
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+async def test_bytes_that_are_not_utf8_are_rejected(tmp_path: Path) -> None:
+    runtime = await load_runtime(OnnxRuntime, write_onnx_identity(tmp_path, "s", datatype="BYTES"))
+    with pytest.raises(InvalidArgumentError, match="UTF-8"):
+        await runtime.infer({"INPUT0": np.array([[b"ok", b"\xff\xfe"]], dtype=object)})
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+async def test_two_instances_serve_concurrently_on_named_threads(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp2", instance_count=2)
+    runtime = await load_runtime(OnnxRuntime, model_dir)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((4, 16)).astype(np.float32) for _ in range(8)]
+
+    results = await asyncio.gather(*(runtime.infer({"INPUT0": x}) for x in xs))
+
+    weights = load_mlp_weights(model_dir)
+    for x, result in zip(xs, results, strict=True):
+        np.testing.assert_allclose(
+            result["OUTPUT0"], mlp_reference(weights, x), rtol=1e-5, atol=1e-5
+        )
+    assert 1 <= len(_threads("ort-mlp2_")) <= 2
+    await runtime.unload()
+    assert _threads("ort-mlp2_") == []
+
+
+@pytest.mark.anyio
+async def test_returns_only_configured_outputs(tmp_path: Path) -> None:
+    model_dir = write_onnx_add_sub(tmp_path, "simple")
+    config = read_config(model_dir)
+    del config.output[0]
+    runtime = await load_runtime(OnnxRuntime, model_dir, config=config)
+    a = np.ones((1, 16), np.float32)
+
+    assert list(await runtime.infer({"INPUT0": a, "INPUT1": a})) == ["OUTPUT1"]
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+async def test_config_without_outputs_returns_all_model_outputs(tmp_path: Path) -> None:
+    model_dir = write_onnx_add_sub(tmp_path, "simple")
+    config = read_config(model_dir)
+    del config.output[:]
+    runtime = await load_runtime(OnnxRuntime, model_dir, config=config)
+    a = np.ones((1, 16), np.float32)
+
+    assert sorted(await runtime.infer({"INPUT0": a, "INPUT1": a})) == ["OUTPUT0", "OUTPUT1"]
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+async def test_bad_requests_are_invalid_arguments(tmp_path: Path) -> None:
+    runtime = await load_runtime(OnnxRuntime, write_onnx_add_sub(tmp_path, "simple"))
+    a = np.ones((1, 16), np.float32)
+    with pytest.raises(InvalidArgumentError, match="INPUT1"):
+        await runtime.infer({"INPUT0": a})
+    with pytest.raises(InvalidArgumentError, match="EXTRA"):
+        await runtime.infer({"INPUT0": a, "INPUT1": a, "EXTRA": a})
+    with pytest.raises(InvalidArgumentError):
+        await runtime.infer({"INPUT0": a, "INPUT1": np.ones((1, 7), np.float32)})
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+async def test_corrupt_model_file_fails_load_clearly(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "broken")
+    (model_dir / "1" / "model.onnx").write_bytes(b"this is not a protobuf")
+    runtime = OnnxRuntime(name="broken", version=1, options=RuntimeOptions())
+
+    with pytest.raises(ModelLoadError, match=r"broken.*model\.onnx"):
+        await runtime.load(model_dir / "1", read_config(model_dir), "cpu")
+    assert state_of(runtime) is RuntimeState.FAILED
+    await runtime.unload()
+    assert state_of(runtime) is RuntimeState.UNLOADED
+
+
+@pytest.mark.anyio
+async def test_missing_model_file_fails_load(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "gone")
+    (model_dir / "1" / "model.onnx").unlink()
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        await load_runtime(OnnxRuntime, model_dir)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        pytest.param(
+            lambda c: setattr(c.input[0], "data_type", mc.TYPE_INT32), "TYPE_INT32", id="dtype"
+        ),
+        pytest.param(lambda c: setattr(c.input[0], "name", "WRONG"), "WRONG", id="input-name"),
+        pytest.param(lambda c: setattr(c.output[0], "name", "NOPE"), "NOPE", id="output-name"),
+    ],
+)
+async def test_config_disagreeing_with_model_fails_load(tmp_path: Path, edit, message: str) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp")
+    config = read_config(model_dir)
+    edit(config)
+    with pytest.raises(ModelLoadError, match=message):
+        await load_runtime(OnnxRuntime, model_dir, config=config)
+
+
+@pytest.mark.anyio
+async def test_thread_count_parameters(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp")
+    config = read_config(model_dir)
+    config.parameters["intra_op_thread_count"].string_value = "1"
+    config.parameters["inter_op_thread_count"].string_value = "1"
+    runtime = await load_runtime(OnnxRuntime, model_dir, config=config)
+    await runtime.unload()
+
+    config.parameters["intra_op_thread_count"].string_value = "many"
+    with pytest.raises(ModelLoadError, match="intra_op_thread_count"):
+        await load_runtime(OnnxRuntime, model_dir, config=config)
+
+
+@pytest.mark.anyio
+async def test_unknown_device_fails_load(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="tpu:0"):
+        await load_runtime(OnnxRuntime, write_onnx_mlp(tmp_path, "mlp"), device="tpu:0")
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(
+    "CUDAExecutionProvider" in ort.get_available_providers(), reason="CUDA EP present"
+)
+async def test_cuda_device_without_cuda_provider_falls_back_to_cpu(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp")
+    with caplog.at_level(logging.WARNING, logger="runtimes.onnx"):
+        runtime = await load_runtime(OnnxRuntime, model_dir, device="cuda:0")
+    assert "runs it on CPU" in caplog.text
+    x = np.ones((2, 16), np.float32)
+    np.testing.assert_allclose(
+        (await runtime.infer({"INPUT0": x}))["OUTPUT0"],
+        mlp_reference(load_mlp_weights(model_dir), x),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    await runtime.unload()
+
+
+@pytest.mark.anyio
+async def test_unload_is_idempotent(tmp_path: Path) -> None:
+    never_loaded = OnnxRuntime(name="x", version=1, options=RuntimeOptions())
+    await never_loaded.unload()
+    assert state_of(never_loaded) is RuntimeState.UNLOADED
+
+    runtime = await load_runtime(OnnxRuntime, write_onnx_mlp(tmp_path, "mlp"))
+    await runtime.unload()
+    await runtime.unload()
+    assert state_of(runtime) is RuntimeState.UNLOADED
+
+
+@pytest.mark.anyio
+async def test_load_twice_is_refused(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp")
+    runtime = await load_runtime(OnnxRuntime, model_dir)
+    with pytest.raises(RuntimeError, match="READY"):
+        await runtime.load(model_dir / "1", read_config(model_dir), "cpu")
+    await runtime.unload()
+
+
+# --- auto-complete -------------------------------------------------------------------------
+
+
+def _complete(model_dir: Path, config: mc.ModelConfig | None = None) -> mc.ModelConfig:
+    config = config if config is not None else mc.ModelConfig(name=model_dir.name)
+    OnnxRuntime.complete_config(model_dir / "1", config)
+    return config
+
+
+def _io(entries) -> list[tuple[str, int, list[int]]]:
+    return [(e.name, e.data_type, list(e.dims)) for e in entries]
+
+
+def test_autocomplete_batching_model_gets_default_batch_and_dynamic_batching(
+    tmp_path: Path,
+) -> None:
+    config = _complete(write_onnx_mlp(tmp_path, "mlp", config=False))
+
+    assert config.max_batch_size == DEFAULT_MAX_BATCH_SIZE == 4
+    assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
+    assert _io(config.input) == [("INPUT0", mc.TYPE_FP32, [16])]
+    assert _io(config.output) == [("OUTPUT0", mc.TYPE_FP32, [8])]
+    assert config.backend == "onnxruntime"
+
+
+@pytest.mark.anyio
+async def test_autocompleted_config_loads_and_serves(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp", config=False)
+    runtime = await load_runtime(OnnxRuntime, model_dir, config=_complete(model_dir))
+    x = np.ones((3, 16), np.float32)
+    assert (await runtime.infer({"INPUT0": x}))["OUTPUT0"].shape == (3, 8)
+    await runtime.unload()
+
+
+def test_autocomplete_fixed_first_dim_keeps_dims_without_batching(tmp_path: Path) -> None:
+    model_dir = write_onnx_identity(
+        tmp_path, "fixed", datatype="INT64", dims=(3, 4), max_batch_size=0, config=False
+    )
+    config = _complete(model_dir)
+
+    assert config.max_batch_size == 0
+    assert config.WhichOneof("scheduling_choice") is None
+    assert _io(config.input) == [("INPUT0", mc.TYPE_INT64, [3, 4])]
+    assert _io(config.output) == [("OUTPUT0", mc.TYPE_INT64, [3, 4])]
+
+
+def test_autocomplete_bytes_model_uses_type_string(tmp_path: Path) -> None:
+    config = _complete(write_onnx_identity(tmp_path, "s", datatype="BYTES", config=False))
+    assert _io(config.input) == [("INPUT0", mc.TYPE_STRING, [-1])]
+
+
+def test_autocomplete_keeps_user_max_batch_size(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp", config=False)
+    config = _complete(model_dir, mc.ModelConfig(name="mlp", max_batch_size=16))
+
+    assert config.max_batch_size == 16
+    assert config.WhichOneof("scheduling_choice") is None
+    assert _io(config.input) == [("INPUT0", mc.TYPE_FP32, [16])]
+
+
+def test_autocomplete_full_rank_dims_mean_no_batching(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp", config=False)
+    user = mc.ModelConfig(name="mlp", backend="onnxruntime")
+    user.input.add(name="INPUT0", data_type=mc.TYPE_FP32, dims=[-1, 16])
+    config = _complete(model_dir, user)
+
+    assert config.max_batch_size == 0
+    assert _io(config.input) == [("INPUT0", mc.TYPE_FP32, [-1, 16])]
+    assert _io(config.output) == [("OUTPUT0", mc.TYPE_FP32, [-1, 8])]
+
+
+def test_autocomplete_keeps_user_scheduler_and_fields(tmp_path: Path) -> None:
+    model_dir = write_onnx_add_sub(tmp_path, "simple", config=False)
+    user = mc.ModelConfig(name="simple", platform="onnxruntime_onnx")
+    user.sequence_batching.max_sequence_idle_microseconds = 5
+    user.output.add(name="OUTPUT1", dims=[16])
+    config = _complete(model_dir, user)
+
+    assert config.max_batch_size == DEFAULT_MAX_BATCH_SIZE
+    assert config.WhichOneof("scheduling_choice") == "sequence_batching"
+    assert config.sequence_batching.max_sequence_idle_microseconds == 5
+    assert config.platform == "onnxruntime_onnx"
+    assert config.backend == ""
+    # The user's output keeps its place and gains only the datatype it lacked.
+    assert _io(config.output) == [
+        ("OUTPUT1", mc.TYPE_FP32, [16]),
+        ("OUTPUT0", mc.TYPE_FP32, [16]),
+    ]
+    assert [e.name for e in config.input] == ["INPUT0", "INPUT1"]
+
+
+def test_autocomplete_without_model_file_changes_nothing(tmp_path: Path) -> None:
+    config = mc.ModelConfig(name="empty")
+    OnnxRuntime.complete_config(tmp_path, config)
+    assert config == mc.ModelConfig(name="empty")
+
+
+def test_autocomplete_corrupt_file_raises_load_error(tmp_path: Path) -> None:
+    (tmp_path / "model.onnx").write_bytes(b"\x00garbage")
+    with pytest.raises(ModelLoadError, match="model.onnx"):
+        OnnxRuntime.complete_config(tmp_path, mc.ModelConfig(name="bad"))
+
+
+@pytest.mark.anyio
+async def test_models_mixing_bf16_and_bytes_are_refused(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Identity", ["A"], ["A_OUT"]),
+            helper.make_node("Identity", ["S"], ["S_OUT"]),
+        ],
+        "mixed",
+        [
+            helper.make_tensor_value_info("A", onnx.TensorProto.BFLOAT16, ["batch"]),
+            helper.make_tensor_value_info("S", onnx.TensorProto.STRING, ["batch"]),
+        ],
+        [
+            helper.make_tensor_value_info("A_OUT", onnx.TensorProto.BFLOAT16, ["batch"]),
+            helper.make_tensor_value_info("S_OUT", onnx.TensorProto.STRING, ["batch"]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    model.ir_version = ONNX_IR_VERSION
+    model_dir = tmp_path / "mixed"
+    (model_dir / "1").mkdir(parents=True)
+    onnx.save(model, str(model_dir / "1" / "model.onnx"))
+
+    with pytest.raises(ModelLoadError, match="BF16 and BYTES"):
+        await load_runtime(OnnxRuntime, model_dir, config=mc.ModelConfig(name="mixed"))
