@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
+from data_plane.gpu_metrics import GpuMetrics
 from data_plane.repository import LoadedVersion
 from data_plane.stats import FAILURE_REASONS
 
@@ -52,8 +53,11 @@ _COUNTERS: tuple[tuple[str, str], ...] = (
 class Metrics:
     """The server's metrics; ``render`` produces the ``/metrics`` body."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, gpus: GpuMetrics | None = None
+    ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        self.gpus = gpus or GpuMetrics()
         self.model_loads = Counter(
             "zeroserve_model_loads",
             "Model version loads, by outcome",
@@ -76,7 +80,7 @@ class Metrics:
 
     def render(self, models: Iterable[LoadedVersion]) -> bytes:
         """Prometheus text exposition (format 0.0.4) of every metric."""
-        lines = list(_triton_lines(list(models)))
+        lines = [*_triton_lines(list(models)), *self.gpus.lines()]
         return "\n".join(lines).encode() + b"\n" + generate_latest(self.registry)
 
 

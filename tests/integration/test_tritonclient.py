@@ -70,8 +70,8 @@ def test_health_and_metadata(client):
     [("simple_int32", np.int32, "INT32"), ("simple_fp32", np.float32, "FP32")],
 )
 def test_add_sub(client, binary: bool, model: str, dtype: type, datatype: str):
-    a = np.arange(16, dtype=dtype).reshape(1, 16)
-    b = np.ones((1, 16), dtype=dtype)
+    a: np.ndarray = np.arange(16, dtype=dtype).reshape(1, 16)
+    b: np.ndarray = np.ones((1, 16), dtype=dtype)
     inputs = [
         tritonhttp.InferInput("INPUT0", [1, 16], datatype),
         tritonhttp.InferInput("INPUT1", [1, 16], datatype),
