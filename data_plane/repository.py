@@ -111,6 +111,7 @@ class _Entry:
     states: dict[int, tuple[VersionState, str]] = field(default_factory=dict)
     fingerprint: str | None = None
     task: asyncio.Task[None] | None = None
+    task_is_load: bool = False
 
 
 class ModelRepository:
@@ -221,14 +222,16 @@ class ModelRepository:
         if entry is None:
             entry = self._entries[name] = _Entry(name=name)
         while entry.task is not None and not entry.task.done():
-            # Join the load or unload in progress, then start ours if it still has work.
+            running = entry.task
+            if entry.task_is_load and config_override is None:
+                # Join the load in progress: its outcome is ours.
+                await asyncio.shield(running)
+                return
+            # An unload, or a load with other config, is in progress: ours starts after it.
             with contextlib.suppress(Exception):
-                await asyncio.shield(entry.task)
-            if config_override is None:
-                if entry.serving:
-                    return
+                await asyncio.shield(running)
         task = asyncio.create_task(self._load(entry, config_override), name=f"load-{name}")
-        entry.task = task
+        entry.task, entry.task_is_load = task, True
         await asyncio.shield(task)
 
     async def unload(self, name: str) -> None:
@@ -240,11 +243,14 @@ class ModelRepository:
             with contextlib.suppress(Exception):
                 await asyncio.shield(entry.task)
         task = asyncio.create_task(self._unload(entry), name=f"unload-{name}")
-        entry.task = task
+        entry.task, entry.task_is_load = task, False
         await asyncio.shield(task)
 
     async def close(self) -> None:
-        """Unload everything (server shutdown)."""
+        """Let loads in progress settle (bounded), then unload everything (server shutdown)."""
+        running = [e.task for e in self._entries.values() if e.task and not e.task.done()]
+        if running:
+            await asyncio.wait(running, timeout=self._settings.drain_timeout_s)
         await asyncio.gather(
             *(self.unload(name) for name, e in list(self._entries.items()) if e.serving),
             return_exceptions=True,
