@@ -1,0 +1,144 @@
+"""The control plane's records: what is registered, where it runs, how it got there.
+
+Plain frozen dataclasses with JSON round trips, shared by the state store, the admin API,
+the activator and the backends. Names follow the admin API's JSON fields.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any, Self
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingSpec:
+    """How many replicas a model may have and when it goes idle."""
+
+    min_replicas: int = 0
+    """0 means scale to zero: with no traffic the model is unloaded."""
+    max_replicas: int = 1
+    target_concurrency: float = 8.0
+    """In-flight requests per replica the autoscaler aims for."""
+    idle_timeout_s: float = 300.0
+    """No in-flight requests for this long -> the model loses its placements and unloads."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSpec:
+    """What one replica needs from a worker."""
+
+    device: str = "cpu"
+    """``cpu`` or ``cuda``."""
+    memory_bytes: int = 0
+    """Estimate of the memory one loaded replica takes; 0 = unknown (treated as small)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRecord:
+    """A registered model."""
+
+    name: str
+    storage_uri: str
+    backend: str = ""
+    platform: str = ""
+    config: dict[str, Any] | None = None
+    """Triton ModelConfig fields as JSON; None when the stored model has config.pbtxt."""
+    scaling: ScalingSpec = field(default_factory=ScalingSpec)
+    resources: ResourceSpec = field(default_factory=ResourceSpec)
+    generation: int = 1
+    """Bumped on every update, so placements of an older generation can be told apart."""
+    created_at: float = 0.0
+    """Wall-clock seconds since the epoch."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Self:
+        return cls(
+            **{
+                **doc,
+                "scaling": ScalingSpec(**doc.get("scaling", {})),
+                "resources": ResourceSpec(**doc.get("resources", {})),
+            }
+        )
+
+
+class WorkerState(enum.StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A runtime worker (a ``zeroserve serve`` process or a pod)."""
+
+    id: str
+    url: str
+    """Base URL of the worker's data plane, e.g. ``http://127.0.0.1:8123``."""
+    pool: str = "default"
+    device: str = "cpu"
+    memory_bytes: int = 0
+    """Capacity for models; 0 = unbounded."""
+    state: WorkerState = WorkerState.STARTING
+    started_at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Self:
+        return cls(**{**doc, "state": WorkerState(doc.get("state", "starting"))})
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Model ``model`` is loaded and READY on worker ``worker_id``, reachable at ``url``."""
+
+    model: str
+    worker_id: str
+    url: str
+    generation: int = 1
+    since: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Self:
+        return cls(**doc)
+
+
+class PlacementEventKind(enum.StrEnum):
+    ADDED = "added"
+    REMOVED = "removed"
+    RESYNC = "resync"
+    """The subscription (re)connected: re-read every placement, events may have been missed."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementEvent:
+    kind: PlacementEventKind
+    placement: Placement | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficReport:
+    """What one activator saw of one model: requests in flight now and the last arrival."""
+
+    model: str
+    activator_id: str
+    in_flight: int
+    last_request_at: float
+    """Wall-clock seconds since the epoch."""
+    reported_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Self:
+        return cls(**doc)

@@ -1,0 +1,1 @@
+"""Where the control plane keeps its state: in memory (embedded) or in Redis (cluster)."""

@@ -1,0 +1,110 @@
+"""The state store interface: one contract, an in-memory and a Redis implementation."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from typing import Any
+
+from control_plane.records import (
+    ModelRecord,
+    Placement,
+    PlacementEvent,
+    TrafficReport,
+    WorkerRecord,
+)
+
+
+class StoreConflictError(Exception):
+    """A create of something that exists, or an update of something that does not."""
+
+
+class StateStore(abc.ABC):
+    """Models, workers, placements, traffic, activations and the acting-replica lease.
+
+    Every method is safe to call from several tasks (and, for Redis, several processes) at
+    once. Methods raise only on store failure (connection lost): callers decide whether to
+    retry. ``subscribe_*`` iterators survive reconnects: after one they first yield a RESYNC
+    event (placements) so consumers re-read the full state.
+    """
+
+    # ---- models ----
+    @abc.abstractmethod
+    async def create_model(self, record: ModelRecord) -> None:
+        """Register; raises StoreConflictError if the name exists."""
+
+    @abc.abstractmethod
+    async def update_model(self, record: ModelRecord) -> None:
+        """Replace; raises StoreConflictError if the name does not exist."""
+
+    @abc.abstractmethod
+    async def get_model(self, name: str) -> ModelRecord | None: ...
+
+    @abc.abstractmethod
+    async def list_models(self) -> list[ModelRecord]: ...
+
+    @abc.abstractmethod
+    async def delete_model(self, name: str) -> bool:
+        """Remove the model with its placements, traffic and activations; False if absent."""
+
+    # ---- workers ----
+    @abc.abstractmethod
+    async def put_worker(self, worker: WorkerRecord) -> None: ...
+
+    @abc.abstractmethod
+    async def remove_worker(self, worker_id: str) -> None:
+        """Remove the worker and every placement on it (publishing REMOVED events)."""
+
+    @abc.abstractmethod
+    async def list_workers(self) -> list[WorkerRecord]: ...
+
+    # ---- placements (published to subscribers) ----
+    @abc.abstractmethod
+    async def add_placement(self, placement: Placement) -> None: ...
+
+    @abc.abstractmethod
+    async def remove_placement(self, model: str, worker_id: str) -> None: ...
+
+    @abc.abstractmethod
+    async def list_placements(self, model: str | None = None) -> list[Placement]: ...
+
+    @abc.abstractmethod
+    def subscribe_placements(self) -> AsyncIterator[PlacementEvent]:
+        """Placement changes as they happen; starts with a RESYNC event."""
+
+    # ---- activation requests (activators -> acting control plane) ----
+    @abc.abstractmethod
+    async def request_activation(self, model: str) -> None:
+        """Ask the acting control plane to bring ``model`` up (idempotent while pending)."""
+
+    @abc.abstractmethod
+    def subscribe_activation_requests(self) -> AsyncIterator[str]:
+        """Model names whose activation was requested (at-least-once)."""
+
+    # ---- traffic (activators -> autoscaler and reaper) ----
+    @abc.abstractmethod
+    async def report_traffic(self, report: TrafficReport) -> None: ...
+
+    @abc.abstractmethod
+    async def traffic(self, model: str) -> list[TrafficReport]:
+        """The latest report of each activator for ``model``."""
+
+    # ---- activation timelines ----
+    @abc.abstractmethod
+    async def add_activation(self, model: str, timeline: dict[str, Any], *, keep: int) -> None:
+        """Append a cold-start timeline, keeping the newest ``keep``."""
+
+    @abc.abstractmethod
+    async def list_activations(self, model: str) -> list[dict[str, Any]]:
+        """Newest first."""
+
+    # ---- lease: only one control plane acts ----
+    @abc.abstractmethod
+    async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:
+        """Take or renew the lease for ``holder``; False while another holder's is valid."""
+
+    @abc.abstractmethod
+    async def release_lease(self, holder: str) -> None: ...
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
