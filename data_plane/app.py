@@ -88,13 +88,15 @@ def create_app(
             await repo.close()
 
     route_table: list[BaseRoute] = [
+        *infer.routes,
         *server.routes,
         *models.routes,
-        *infer.routes,
         *repository.routes,
         *metrics.routes,
     ]
-    middleware: list[Middleware] = []
+    # Outermost first. InferEndpoint answers infer requests before Starlette's routing and
+    # exception layers, which cost more than the inference itself on small models.
+    middleware: list[Middleware] = [Middleware(infer.InferEndpoint)]
     return Starlette(
         routes=route_table,
         middleware=middleware,

@@ -54,6 +54,7 @@ def run(settings: DataPlaneSettings) -> None:
         http="auto",
         lifespan="on",
         access_log=False,
+        proxy_headers=False,
         log_config=None,
         timeout_graceful_shutdown=max(int(settings.exit_timeout_s), 1),
         backlog=2048,

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from starlette.requests import Request
+from starlette.types import Message, Receive
 
 from data_plane.errors import InvalidArgumentError
+
+
+class ClientDisconnectedError(Exception):
+    """The client went away before its request body arrived; there is no one to answer."""
 
 
 def _too_large(size: int, limit: int) -> InvalidArgumentError:
@@ -14,9 +19,9 @@ def _too_large(size: int, limit: int) -> InvalidArgumentError:
     )
 
 
-async def read_body(request: Request, max_bytes: int) -> bytes:
-    """The whole body, refusing (before reading it all) one larger than ``max_bytes``."""
-    declared = request.headers.get("content-length")
+async def read_asgi_body(receive: Receive, declared: bytes | None, max_bytes: int) -> bytes:
+    """The whole body from ASGI ``receive``, refusing one over ``max_bytes`` before reading
+    it all (``declared`` is the Content-Length header, if any)."""
     if declared is not None:
         try:
             size = int(declared)
@@ -24,13 +29,28 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
             raise InvalidArgumentError(f"invalid Content-Length header: {declared!r}") from None
         if size > max_bytes:
             raise _too_large(size, max_bytes)
-        if size == 0:
-            return b""
     chunks: list[bytes] = []
     total = 0
-    async for chunk in request.stream():
-        total += len(chunk)
-        if total > max_bytes:
-            raise _too_large(total, max_bytes)
-        chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnectedError()
+        chunk: bytes = message.get("body", b"")
+        if chunk:
+            total += len(chunk)
+            if total > max_bytes:
+                raise _too_large(total, max_bytes)
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    if len(chunks) == 1:
+        return bytes(chunks[0])
+    return b"".join(chunks)
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The whole body of a Starlette request, with the same limit."""
+    declared = request.headers.get("content-length")
+    return await read_asgi_body(
+        request.receive, None if declared is None else declared.encode("latin-1"), max_bytes
+    )
