@@ -5,6 +5,14 @@ per configured instance): ``InferenceSession.run`` is thread-safe, so instances 
 threads, not copies of the weights. Execution providers follow the device: ``cuda:N``
 tries TensorRT, then CUDA, then falls back to CPU; ``cpu`` uses the CPU provider only.
 
+With a node cache folder (``RuntimeOptions.cache_dir``) the runtime keeps a warm engine
+cache per model, hardware and ORT version (see ``data_plane.storage.engines``): the first load
+saves ONNX Runtime's optimized model, its weights as an external file; later loads open that
+file with graph optimizations off, so ORT memory-maps the weights instead of parsing and
+optimizing the graph again. With ``disable_prepacking`` on, such a load costs milliseconds
+and the weights are paged in by the first inference. On GPUs the TensorRT engine cache lives
+in the same folder.
+
 Datatypes the server and ONNX Runtime disagree on are translated at this boundary:
 BYTES tensors (object arrays of ``bytes``) become ONNX string tensors (UTF-8 text) and
 back, and BF16 tensors (float32 inside the server) are rounded to bfloat16 bits on the
@@ -14,14 +22,16 @@ way in and widened on the way out.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
+import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, BinaryIO, Final, TypeAlias, cast
 
 import numpy as np
 import onnx
@@ -36,6 +46,8 @@ from data_plane.errors import (
     ModelNotReadyError,
 )
 from data_plane.proto import model_config_pb2 as mc
+from data_plane.storage.engines import EngineCache, hardware_identity, model_identity
+from data_plane.storage.pins import LockTimeoutError, Pin
 from runtimes.base import ModelRuntime, RuntimeOptions, RuntimeState, instance_count
 
 logger = logging.getLogger(__name__)
@@ -47,6 +59,19 @@ INTRA_OP_THREADS_PARAMETER: Final = "intra_op_thread_count"
 """Config ``parameters`` key overriding the intra-op thread count (Triton's ORT backend name)."""
 INTER_OP_THREADS_PARAMETER: Final = "inter_op_thread_count"
 """Config ``parameters`` key overriding the inter-op thread count (Triton's ORT backend name)."""
+DISABLE_PREPACKING_PARAMETER: Final = "disable_prepacking"
+"""Config ``parameters`` key: ``true`` skips weight prepacking at session creation.
+
+Prepacking copies every weight into a layout the CPU kernels prefer: a load reads all the
+weights up front, and later inferences are faster. Without it, a load from the warm engine
+cache memory-maps the weights and returns in milliseconds, and the first inference pays
+for paging them in. Which is better is per model; ``bench/cold_start.py`` measures both."""
+ENGINE_CACHE_RUNTIME: Final = "onnxruntime"
+"""The folder of this runtime's engines under ``<cache_dir>/engines/``."""
+_OPTIMIZED_MODEL: Final = "model.onnx"
+_OPTIMIZED_WEIGHTS: Final = "model.onnx.data"
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
 
 _ORT_TYPES: Final[dict[str, str]] = {
     "tensor(bool)": "BOOL",
@@ -107,6 +132,9 @@ class OnnxRuntime(ModelRuntime):
         super().__init__(name=name, version=version, options=options)
         self._executor: ThreadPoolExecutor | None = None
         self._session: _Session | None = None
+        self._engine_pin: Pin | None = None
+        self.engine_cache_hit: bool | None = None
+        """After :meth:`load`: whether the warm engine cache served it (None: no cache)."""
 
     @classmethod
     def complete_config(cls, version_dir: Path, config: mc.ModelConfig) -> None:
@@ -117,25 +145,24 @@ class OnnxRuntime(ModelRuntime):
         input and output has a dynamic first dimension and the listed dims do not spell out
         the full rank, sets ``max_batch_size`` to :data:`DEFAULT_MAX_BATCH_SIZE`, adds
         ``dynamic_batching {}`` when no scheduler is set, and leaves dim 0 out of the dims.
-        Reads only the graph (no external weights). A missing file is left to :meth:`load`.
+        Reads only the graph's inputs, outputs and initializer names: the weights, inside
+        the file or not, are skipped. A missing file is left to :meth:`load`.
         """
         path = version_dir / (config.default_model_filename or cls.model_filename)
         if not path.is_file():
             return
         model_name = config.name or version_dir.parent.name
         try:
-            model = onnx.load(str(path), load_external_data=False)
+            graph_inputs, graph_outputs, initializers = read_graph_interface(path)
         except Exception as exc:
             raise ModelLoadError(
                 model=model_name, reason=f"cannot read {path.name} as ONNX: {exc}"
             ) from exc
-        graph = model.graph
-        initializers = {init.name for init in graph.initializer}
         try:
             # Before IR version 4 every initializer was also listed as a graph input; those
             # are weights, not request tensors.
-            inputs = [_describe(v) for v in graph.input if v.name not in initializers]
-            outputs = [_describe(v) for v in graph.output]
+            inputs = [_describe(v) for v in graph_inputs if v.name not in initializers]
+            outputs = [_describe(v) for v in graph_outputs]
         except ValueError as exc:
             raise ModelLoadError(model=model_name, reason=str(exc)) from exc
         _complete(config, inputs, outputs)
@@ -154,7 +181,7 @@ class OnnxRuntime(ModelRuntime):
         )
         loop = asyncio.get_running_loop()
         try:
-            session = await loop.run_in_executor(
+            session, self._engine_pin, self.engine_cache_hit = await loop.run_in_executor(
                 executor, self._create_session, model_dir, config, device
             )
         except BaseException:
@@ -166,11 +193,12 @@ class OnnxRuntime(ModelRuntime):
         self._executor, self._session = executor, session
         self.state = RuntimeState.READY
         logger.info(
-            "loaded ONNX model %s version %s on %s with %s",
+            "loaded ONNX model %s version %s on %s with %s (engine cache %s)",
             self.name,
             self.version,
             device,
             session.providers,
+            {None: "off", True: "hit", False: "miss"}[self.engine_cache_hit],
             extra={"model": self.name, "version": self.version, "device": device},
         )
 
@@ -191,6 +219,7 @@ class OnnxRuntime(ModelRuntime):
         executor = self._executor
         if executor is None:
             self._session = None
+            self._release_engine()
             self.state = RuntimeState.UNLOADED
             return
         self._executor = None
@@ -210,12 +239,127 @@ class OnnxRuntime(ModelRuntime):
         # now. No gc.collect(): a full collection holds the GIL for tens of milliseconds
         # in a process with torch imported, stalling every other model's requests.
         self._session = None
+        self._release_engine()
 
-    def _create_session(self, model_dir: Path, config: mc.ModelConfig, device: str) -> _Session:
+    def _release_engine(self) -> None:
+        pin, self._engine_pin = self._engine_pin, None
+        if pin is not None:
+            pin.release()
+
+    def _create_session(
+        self, model_dir: Path, config: mc.ModelConfig, device: str
+    ) -> tuple[_Session, Pin | None, bool | None]:
         path = model_dir / (config.default_model_filename or self.model_filename)
         if not path.is_file():
             raise self._load_error(f"{path} does not exist")
-        providers = self._providers(device)
+        if self.options.cache_dir is None:
+            providers = self._providers(device, trt_cache=None)
+            session = self._open(path, self._session_options(config), providers)
+            pin, hit = None, None
+        else:
+            engines = EngineCache(self.options.cache_dir, ENGINE_CACHE_RUNTIME)
+            try:
+                session, pin, hit = self._open_with_engine_cache(engines, path, config, device)
+            except (OSError, LockTimeoutError) as exc:
+                # The engine cache is an optimization: its folder being unwritable or full,
+                # or locked too long, must not fail a load that works without it.
+                logger.warning(
+                    "engine cache unavailable for model %s (%s); loading without it",
+                    self.name,
+                    exc,
+                    extra={"model": self.name},
+                )
+                providers = self._providers(device, trt_cache=None)
+                session = self._open(path, self._session_options(config), providers)
+                pin, hit = None, None
+        try:
+            active = list(session.get_providers())
+            if device != "cpu" and active[:1] == ["CPUExecutionProvider"]:
+                logger.warning(
+                    "model %s asked for %s but ONNX Runtime runs it on CPU (providers %s)",
+                    self.name,
+                    device,
+                    active,
+                    extra={"model": self.name, "device": device},
+                )
+            return _Session.create(session, config, active, self._load_error), pin, hit
+        except BaseException:
+            if pin is not None:
+                pin.release()
+            raise
+
+    def _open_with_engine_cache(
+        self, engines: EngineCache, path: Path, config: mc.ModelConfig, device: str
+    ) -> tuple[ort.InferenceSession, Pin | None, bool]:
+        """Open from the warm engine cache, or build and fill it; the engine comes pinned."""
+        key_parts = {
+            "model": [path.name, model_identity(path.parent)],
+            "onnxruntime": ort.__version__,
+            "hardware": hardware_identity(device),
+            "providers": [name for name, _ in self._providers(device, trt_cache=None)],
+        }
+        key = engines.key(key_parts)
+        if self._providers(device, trt_cache=None)[0][0] == "TensorrtExecutionProvider":
+            # TensorRT writes (and rewrites, for new shapes) its engines in place and cannot
+            # be saved as an optimized model: keep its own engine cache in the key folder.
+            pin, hit = engines.shared(key)
+            try:
+                with engines.lock(key):
+                    providers = self._providers(device, trt_cache=pin.path.parent / "trt")
+                    return self._open(path, self._session_options(config), providers), pin, hit
+            except BaseException:
+                pin.release()
+                raise
+        providers = self._providers(device, trt_cache=None)
+        cached = engines.open(key)
+        if cached is not None:
+            optimized = cached.path.parent / _OPTIMIZED_MODEL
+            _prefetch(cached.path.parent / _OPTIMIZED_WEIGHTS)
+            options = self._session_options(config, optimize=False)
+            try:
+                session = ort.InferenceSession(
+                    str(optimized), sess_options=options, providers=providers, enable_fallback=0
+                )
+                return session, cached, True
+            except Exception as exc:
+                cached.release()
+                logger.warning(
+                    "engine cache %s of model %s is unusable (%s); rebuilding",
+                    optimized.parent,
+                    self.name,
+                    exc,
+                    extra={"model": self.name},
+                )
+                engines.discard(key)
+        with engines.build(key) as build:
+            options = self._session_options(config, save_to=build.path / _OPTIMIZED_MODEL)
+            try:
+                session = self._open(path, options, providers)
+            except ModelLoadError:
+                # Saving the optimized model is what failed, or the model is bad: find out
+                # without the cache (this raises the model's own error if it is bad).
+                session = self._open(path, self._session_options(config), providers)
+                logger.warning(
+                    "model %s loads but its optimized form cannot be saved; no engine cache",
+                    self.name,
+                    extra={"model": self.name},
+                )
+                return session, None, False
+            try:
+                pin = build.publish({"key": key_parts, "source": str(path)})
+            except OSError as exc:  # a full disk must not fail a load that worked
+                logger.warning(
+                    "cannot keep the engine of model %s: %s",
+                    self.name,
+                    exc,
+                    extra={"model": self.name},
+                )
+                return session, None, False
+        return session, pin, False
+
+    def _session_options(
+        self, config: mc.ModelConfig, *, optimize: bool = True, save_to: Path | None = None
+    ) -> ort.SessionOptions:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self._thread_count(
             config, INTRA_OP_THREADS_PARAMETER, self.options.intra_op_threads
@@ -223,17 +367,22 @@ class OnnxRuntime(ModelRuntime):
         options.inter_op_num_threads = self._thread_count(
             config, INTER_OP_THREADS_PARAMETER, self.options.inter_op_threads
         )
-        session = self._open(path, options, providers)
-        active = list(session.get_providers())
-        if device != "cpu" and active[:1] == ["CPUExecutionProvider"]:
-            logger.warning(
-                "model %s asked for %s but ONNX Runtime runs it on CPU (providers %s)",
-                self.name,
-                device,
-                active,
-                extra={"model": self.name, "device": device},
+        if self._flag(config, DISABLE_PREPACKING_PARAMETER):
+            options.add_session_config_entry("session.disable_prepacking", "1")
+        if not optimize:
+            # The cached model was optimized when it was saved; doing it again costs time
+            # and would read every weight.
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        if save_to is not None:
+            options.optimized_model_filepath = str(save_to)
+            # Weights go to a separate file so that later loads can memory-map them.
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name", _OPTIMIZED_WEIGHTS
             )
-        return _Session.create(session, config, active, self._load_error)
+            options.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+            )
+        return options
 
     def _open(
         self, path: Path, options: ort.SessionOptions, providers: list[_Provider]
@@ -261,7 +410,7 @@ class OnnxRuntime(ModelRuntime):
                 )
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _providers(self, device: str) -> list[_Provider]:
+    def _providers(self, device: str, *, trt_cache: Path | None) -> list[_Provider]:
         if device == "cpu":
             return [("CPUExecutionProvider", {})]
         match = _CUDA_DEVICE.fullmatch(device)
@@ -272,12 +421,11 @@ class OnnxRuntime(ModelRuntime):
         providers: list[_Provider] = []
         if "TensorrtExecutionProvider" in available:
             trt: dict[str, str] = {"device_id": device_id}
-            if self.options.cache_dir is not None:
-                # Engines take minutes to build; ORT names cached files by model hash, so
-                # one folder serves every model on the node.
-                engine_dir = self.options.cache_dir / "trt"
-                engine_dir.mkdir(parents=True, exist_ok=True)
-                trt |= {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(engine_dir)}
+            if trt_cache is not None:
+                # Engines take minutes to build; the folder is keyed by model, GPU, driver
+                # and ORT version (see _open_with_engine_cache).
+                trt_cache.mkdir(parents=True, exist_ok=True)
+                trt |= {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(trt_cache)}
             providers.append(("TensorrtExecutionProvider", trt))
         if "CUDAExecutionProvider" in available:
             providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
@@ -297,8 +445,30 @@ class OnnxRuntime(ModelRuntime):
             raise self._load_error(f"parameter {key} must be a non-negative integer, not {text!r}")
         return count
 
+    def _flag(self, config: mc.ModelConfig, key: str) -> bool:
+        if key not in config.parameters:
+            return False
+        text = config.parameters[key].string_value.strip().lower()
+        if text not in _TRUE | _FALSE:
+            raise self._load_error(f"parameter {key} must be true or false, not {text!r}")
+        return text in _TRUE
+
     def _load_error(self, reason: str) -> ModelLoadError:
         return ModelLoadError(model=self.name, reason=reason)
+
+
+def _prefetch(path: Path) -> None:
+    """Ask the kernel to start reading ``path`` into the page cache (no wait, no error).
+
+    ORT memory-maps external weights; without this the first inference would fault them in
+    page by page as the kernels reach them, slower than the readahead of a sequential read.
+    """
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -469,6 +639,106 @@ def _bf16_ortvalue_to_float32(value: Any) -> np.ndarray:
     return bits.view(np.float32).reshape(shape)
 
 
+# Field numbers of onnx.proto (ModelProto.graph; GraphProto.initializer/input/output;
+# TensorProto.name), and protobuf wire types.
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _GRAPH_INPUT, _GRAPH_OUTPUT, _TENSOR_NAME = 7, 5, 11, 12, 8
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+
+
+def read_graph_interface(
+    path: Path,
+) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto], set[str]]:
+    """A model's graph inputs, outputs and initializer names, without reading its weights.
+
+    ``onnx.load`` parses every initializer: about 1.5 s for a 1 GB model whose weights are
+    inside the file, paid on every load. This walks the protobuf wire format instead and
+    seeks past everything else (kilobytes read, whatever the model's size). Models whose
+    file does not follow the layout onnx writes fall back to ``onnx.load``.
+    """
+    try:
+        with path.open("rb") as file:
+            return _scan_model(file, path.stat().st_size)
+    except (ValueError, IndexError, EOFError):
+        graph = onnx.load(str(path), load_external_data=False).graph
+        return list(graph.input), list(graph.output), {i.name for i in graph.initializer}
+
+
+def _scan_model(
+    file: BinaryIO, size: int
+) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto], set[str]]:
+    inputs: list[onnx.ValueInfoProto] = []
+    outputs: list[onnx.ValueInfoProto] = []
+    initializers: set[str] = set()
+    found_graph = False
+    for field, length in _fields(file, size):
+        if field != _MODEL_GRAPH or length is None:
+            continue
+        found_graph = True
+        for sub, sub_length in _fields(file, file.tell() + length):
+            if sub_length is None:
+                continue
+            if sub in (_GRAPH_INPUT, _GRAPH_OUTPUT):
+                value = onnx.ValueInfoProto.FromString(_read_exactly(file, sub_length))
+                (inputs if sub == _GRAPH_INPUT else outputs).append(value)
+            elif sub == _GRAPH_INITIALIZER:
+                end = file.tell() + sub_length
+                for tensor_field, tensor_length in _fields(file, end):
+                    if tensor_field == _TENSOR_NAME and tensor_length is not None:
+                        initializers.add(_read_exactly(file, tensor_length).decode("utf-8"))
+                    elif tensor_length is not None:
+                        file.seek(tensor_length, os.SEEK_CUR)
+            else:
+                file.seek(sub_length, os.SEEK_CUR)
+    if not found_graph:
+        raise ValueError("no graph in the model file")
+    return inputs, outputs, initializers
+
+
+def _fields(file: BinaryIO, end: int) -> Iterator[tuple[int, int | None]]:
+    """Walk the fields of a message ending at offset ``end``: ``(number, length)`` for
+    length-delimited ones (the caller reads or seeks past the bytes), ``(number, None)``
+    for scalars (already skipped)."""
+    while file.tell() < end:
+        key = _varint(file)
+        field, wire = key >> 3, key & 7
+        if wire == _LENGTH:
+            length = _varint(file)
+            if file.tell() + length > end:
+                raise ValueError("field runs past its message")
+            yield field, length
+        elif wire == _VARINT:
+            _varint(file)
+            yield field, None
+        elif wire in (_FIXED64, _FIXED32):
+            file.seek(8 if wire == _FIXED64 else 4, os.SEEK_CUR)
+            yield field, None
+        else:
+            raise ValueError(f"unsupported wire type {wire}")
+    if file.tell() != end:
+        raise ValueError("message ends inside a field")
+
+
+def _varint(file: BinaryIO) -> int:
+    result = shift = 0
+    while True:
+        byte = file.read(1)
+        if not byte:
+            raise EOFError("truncated varint")
+        result |= (byte[0] & 0x7F) << shift
+        if byte[0] < 0x80:
+            return result
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def _read_exactly(file: BinaryIO, length: int) -> bytes:
+    data = file.read(length)
+    if len(data) != length:
+        raise EOFError("truncated field")
+    return data
+
+
 @dataclass(frozen=True)
 class _GraphTensor:
     """A graph input or output as auto-complete sees it."""
@@ -539,4 +809,3 @@ def _complete_tensor(entries: _TensorEntries, tensor: _GraphTensor, is_batched: 
         entry.data_type = cast(mc.DataType, datatypes.config_from_protocol(tensor.datatype))
     if not entry.dims:
         entry.dims.extend(dims)
-

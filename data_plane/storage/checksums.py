@@ -93,7 +93,7 @@ def plan_checksum(
 
 
 class _Digest(Protocol):
-    def update(self, data: bytes | memoryview, /) -> None: ...
+    def update(self, data: bytes | bytearray | memoryview, /) -> None: ...
 
     def digest(self) -> bytes: ...
 
@@ -102,7 +102,7 @@ class _Crc32:
     def __init__(self) -> None:
         self._value = 0
 
-    def update(self, data: bytes | memoryview, /) -> None:
+    def update(self, data: bytes | bytearray | memoryview, /) -> None:
         self._value = zlib.crc32(data, self._value)
 
     def digest(self) -> bytes:
@@ -125,7 +125,7 @@ class StreamHasher:
         self._part_filled = 0
         self._part_digests: list[bytes] = []
 
-    def update(self, data: bytes | memoryview) -> None:
+    def update(self, data: bytes | bytearray | memoryview) -> None:
         part_size = self.plan.part_size
         if part_size is None:
             self._whole.update(data)

@@ -63,6 +63,11 @@ class StorageUri:
             raise ValueError(f"{self} is not a local path")
         return Path(self.key)
 
+    @property
+    def allowed_root_path(self) -> Path:
+        """The local path of the allowed root that admitted a ``file`` URI."""
+        return Path(self.allowed_root.removeprefix("file://"))
+
     def child(self, name: str) -> StorageUri:
         """The URI of model ``name`` inside this one (a model repository); checks the name."""
         check_model_name(name, uri=str(self))
@@ -162,5 +167,5 @@ def _is_under(uri: StorageUri, root: StorageUri) -> bool:
         return False
     if not root.key or uri.key == root.key:
         return True
-    base = root.key if uri.scheme == "s3" else root.key.rstrip("/")
-    return uri.key.startswith(base + "/") or base == "/"
+    base = root.key.rstrip("/")  # the file root "/" has key "/"
+    return uri.key.startswith(base + "/")
