@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -18,15 +19,39 @@ from data_plane.repository import LoadedVersion, ModelRepository, RepositorySett
 from data_plane.routes import infer, metrics, models, repository, server
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 from data_plane.state import Lifecycle, ServerState
+from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
 from runtimes.base import RuntimeOptions
 
 logger = logging.getLogger(__name__)
 
 
+def build_node_cache(settings: DataPlaneSettings, metrics_: Metrics) -> NodeCache:
+    """The node-local model cache ``settings`` describe, its metrics on ``metrics_``."""
+    return NodeCache(
+        CacheSettings(
+            root=settings.cache_dir,
+            max_bytes=settings.cache_max_bytes,
+            part_size_bytes=settings.storage_part_size_bytes,
+            concurrency=settings.storage_concurrency,
+            connect_timeout_s=settings.storage_connect_timeout_s,
+            read_timeout_s=settings.storage_read_timeout_s,
+            lock_timeout_s=settings.storage_lock_timeout_s,
+        ),
+        registry=metrics_.registry,
+    )
+
+
 def build_repository(
-    settings: DataPlaneSettings, metrics_: Metrics, *, gpu_count: int
+    settings: DataPlaneSettings, metrics_: Metrics, cache: NodeCache, *, gpu_count: int
 ) -> ModelRepository:
-    """The repository for ``settings``, reporting loads and unloads to ``metrics_``."""
+    """The repository for ``settings``, reporting loads and unloads to ``metrics_``.
+
+    Raises StorageError when the model repository URI is malformed.
+    """
+    root = settings.model_repository
+    if "://" not in root:
+        root = str(Path(root).resolve())
+    allowed = (root, *settings.allowed_storage)
 
     def on_load(model: LoadedVersion) -> None:
         metrics_.model_loads.labels(model.name, "success").inc()
@@ -37,7 +62,8 @@ def build_repository(
 
     return ModelRepository(
         RepositorySettings(
-            root=settings.model_repository,
+            root=parse_storage_uri(root, allowed=allowed),
+            allowed_storage=allowed,
             runtime_options=RuntimeOptions(
                 cache_dir=settings.cache_dir,
                 intra_op_threads=settings.intra_op_threads,
@@ -47,6 +73,7 @@ def build_repository(
             batcher_queue_bound=settings.batcher_queue_bound,
             drain_timeout_s=settings.exit_timeout_s,
         ),
+        cache,
         on_load=on_load,
         on_unload=on_unload,
     )
@@ -69,11 +96,12 @@ async def load_startup_models(settings: DataPlaneSettings, repo: ModelRepository
 def create_app(
     settings: DataPlaneSettings,
     repo: ModelRepository,
+    cache: NodeCache,
     metrics_: Metrics,
     lifecycle: Lifecycle | None = None,
 ) -> Starlette:
     """The Starlette app serving ``repo``; its lifespan loads start-up models and, at
-    shutdown, drains and unloads every model."""
+    shutdown, drains and unloads every model and closes the node cache."""
     lifecycle = lifecycle or Lifecycle()
 
     @contextlib.asynccontextmanager
@@ -85,7 +113,10 @@ def create_app(
             )
         finally:
             lifecycle.is_stopping = True
-            await repo.close()
+            try:
+                await repo.close()
+            finally:
+                await cache.close()
 
     route_table: list[BaseRoute] = [
         *infer.routes,

@@ -30,6 +30,13 @@ from data_plane.errors import (
 )
 from data_plane.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from data_plane.stats import ModelStats
+from data_plane.storage import (
+    CachedModel,
+    NodeCache,
+    StorageError,
+    StorageUri,
+    parse_storage_uri,
+)
 from runtimes.base import ModelRuntime, RuntimeOptions
 from runtimes.registry import runtime_class_for
 
@@ -63,7 +70,10 @@ class TensorSpec:
 class RepositorySettings:
     """What the repository needs from the server's settings."""
 
-    root: Path
+    root: StorageUri
+    """The model repository: a local folder or an s3:// prefix."""
+    allowed_storage: tuple[str, ...]
+    """Roots a load's ``storage_uri`` may name (``ZEROSERVE_ALLOWED_STORAGE``)."""
     runtime_options: RuntimeOptions
     gpu_count: int
     batcher_queue_bound: int
@@ -95,6 +105,7 @@ class LoadedVersion:
 class _LoadPlan:
     """What a load will build, worked out off the event loop."""
 
+    model_dir: Path
     config: ModelConfig
     versions: list[int]
     runtime_class: type[ModelRuntime]
@@ -112,6 +123,8 @@ class _Entry:
     fingerprint: str | None = None
     task: asyncio.Task[None] | None = None
     task_is_load: bool = False
+    cached: CachedModel | None = None
+    """The node-cache pin on the files the serving versions were built from."""
 
 
 class ModelRepository:
@@ -123,17 +136,19 @@ class ModelRepository:
     def __init__(
         self,
         settings: RepositorySettings,
+        cache: NodeCache,
         *,
         on_load: Callable[[LoadedVersion], None] | None = None,
         on_unload: Callable[[LoadedVersion], None] | None = None,
     ) -> None:
         self._settings = settings
+        self._cache = cache
         self._entries: dict[str, _Entry] = {}
         self._on_load = on_load
         self._on_unload = on_unload
 
     @property
-    def root(self) -> Path:
+    def root(self) -> StorageUri:
         return self._settings.root
 
     # ---- lookups (hot path: no I/O) ----
@@ -179,7 +194,7 @@ class ModelRepository:
 
     async def index(self, *, ready_only: bool) -> list[dict[str, Any]]:
         """Triton's repository index: one row per known version, a name-only row otherwise."""
-        on_disk = await asyncio.to_thread(self._model_names_on_disk)
+        on_disk = await self.model_names_on_disk()
         rows: list[dict[str, Any]] = []
         for name in sorted(set(on_disk) | set(self._entries)):
             entry = self._entries.get(name)
@@ -197,22 +212,29 @@ class ModelRepository:
                 rows.append(row)
         return rows
 
-    def _model_names_on_disk(self) -> list[str]:
-        root = self._settings.root
-        if not root.is_dir():
-            return []
-        return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-
     async def model_names_on_disk(self) -> list[str]:
-        return await asyncio.to_thread(self._model_names_on_disk)
+        """The model folders in the repository (local or s3://)."""
+        try:
+            return await self._cache.list_models(self._settings.root)
+        except StorageError as exc:
+            logger.warning("cannot list the model repository: %s", exc.message)
+            return []
 
     # ---- lifecycle ----
 
-    async def load(self, name: str, *, config_override: str | None = None) -> None:
+    async def load(
+        self,
+        name: str,
+        *,
+        config_override: str | None = None,
+        storage_uri: str | None = None,
+    ) -> None:
         """Load (or reload) ``name``; returns when every selected version is READY.
 
-        A load of a model that is already loading joins that load. Loading an unchanged
-        model again is a no-op; a changed one is rebuilt while the old versions serve.
+        The model comes from ``storage_uri`` (which must lie under an allowed root) or, by
+        default, from the repository; either way through the node cache. A load of a model
+        that is already loading joins that load. Loading an unchanged model again is a no-op;
+        a changed one is rebuilt while the old versions serve.
         """
         try:
             model_config.validate_model_name(name)
@@ -223,14 +245,16 @@ class ModelRepository:
             entry = self._entries[name] = _Entry(name=name)
         while entry.task is not None and not entry.task.done():
             running = entry.task
-            if entry.task_is_load and config_override is None:
+            if entry.task_is_load and config_override is None and storage_uri is None:
                 # Join the load in progress: its outcome is ours.
                 await asyncio.shield(running)
                 return
             # An unload, or a load with other config, is in progress: ours starts after it.
             with contextlib.suppress(Exception):
                 await asyncio.shield(running)
-        task = asyncio.create_task(self._load(entry, config_override), name=f"load-{name}")
+        task = asyncio.create_task(
+            self._load(entry, config_override, storage_uri), name=f"load-{name}"
+        )
         entry.task, entry.task_is_load = task, True
         await asyncio.shield(task)
 
@@ -256,11 +280,18 @@ class ModelRepository:
             return_exceptions=True,
         )
 
-    async def _load(self, entry: _Entry, config_override: str | None) -> None:
+    async def _load(
+        self, entry: _Entry, config_override: str | None, storage_uri: str | None
+    ) -> None:
         name = entry.name
         started = time.monotonic()
         try:
-            plan = await asyncio.to_thread(self._plan_load, name, config_override)
+            cached = await self._fetch(name, storage_uri)
+            try:
+                plan = await asyncio.to_thread(self._plan_load, name, config_override, cached)
+            except BaseException:
+                cached.unpin()
+                raise
         except ModelLoadError:
             if not entry.serving and not entry.states:
                 # Nothing was ever known of this name: forget it again.
@@ -268,6 +299,7 @@ class ModelRepository:
             raise
         versions = plan.versions
         if plan.fingerprint == entry.fingerprint and set(entry.serving) == set(versions):
+            cached.unpin()  # the loaded versions hold their own pin on the same files
             return
         for version in versions:
             if version not in entry.serving:
@@ -279,6 +311,7 @@ class ModelRepository:
         except Exception as exc:
             for loaded in built.values():
                 await self._retire(loaded)
+            cached.unpin()
             reason = exc.message if isinstance(exc, ModelLoadError) else str(exc) or repr(exc)
             for version in versions:
                 if version not in entry.serving:
@@ -287,8 +320,8 @@ class ModelRepository:
             if isinstance(exc, ModelLoadError):
                 raise
             raise ModelLoadError(model=name, reason=reason) from exc
-        old = entry.serving
-        entry.serving = built
+        old, old_cached = entry.serving, entry.cached
+        entry.serving, entry.cached = built, cached
         entry.fingerprint = plan.fingerprint
         for version in versions:
             entry.states[version] = (VersionState.READY, "")
@@ -300,11 +333,24 @@ class ModelRepository:
             if loaded.version not in built:
                 entry.states[loaded.version] = (VersionState.UNAVAILABLE, "unloaded")
             await self._retire(loaded)
+        if old_cached is not None:
+            old_cached.unpin()
         logger.info("loaded %s versions %s in %.3f s", name, versions, time.monotonic() - started)
 
-    def _plan_load(self, name: str, config_override: str | None) -> _LoadPlan:
+    async def _fetch(self, name: str, storage_uri: str | None) -> CachedModel:
+        """The model's files in the node cache, pinned (the caller unpins)."""
+        try:
+            if storage_uri is None:
+                uri = self._settings.root.child(name)
+            else:
+                uri = parse_storage_uri(storage_uri, allowed=self._settings.allowed_storage)
+            return await self._cache.fetch(uri, model=name)
+        except StorageError as exc:
+            raise ModelLoadError(model=name, reason=exc.message) from exc
+
+    def _plan_load(self, name: str, config_override: str | None, cached: CachedModel) -> _LoadPlan:
         """Read and complete the config and pick versions (blocking: runs in a thread)."""
-        model_dir = self._settings.root / name
+        model_dir = cached.path
         if not model_dir.is_dir():
             raise ModelLoadError(model=name, reason="failed to poll from model repository")
         try:
@@ -333,7 +379,10 @@ class ModelRepository:
             }
         except (model_config.ConfigError, ValueError, OSError) as exc:
             raise ModelLoadError(model=name, reason=str(exc)) from exc
-        return _LoadPlan(config, versions, runtime_class, _fingerprint(model_dir, config), labels)
+        fingerprint = hashlib.sha256(
+            cached.digest.encode() + config.SerializeToString(deterministic=True)
+        ).hexdigest()
+        return _LoadPlan(model_dir, config, versions, runtime_class, fingerprint, labels)
 
     async def _build_version(
         self,
@@ -350,7 +399,7 @@ class ModelRepository:
         )
         group = config.instance_group[0]
         device = f"cuda:{group.gpus[0]}" if group.kind == ModelInstanceGroup.KIND_GPU else "cpu"
-        await runtime.load(self._settings.root / name / str(version), version_config, device)
+        await runtime.load(plan.model_dir / str(version), version_config, device)
         stats = ModelStats()
         try:
             batcher = Batcher(
@@ -393,14 +442,16 @@ class ModelRepository:
         return loaded
 
     async def _unload(self, entry: _Entry) -> None:
-        serving = entry.serving
-        entry.serving = {}
+        serving, cached = entry.serving, entry.cached
+        entry.serving, entry.cached = {}, None
         entry.fingerprint = None
         for version in serving:
             entry.states[version] = (VersionState.UNLOADING, "")
         for loaded in serving.values():
             await self._retire(loaded)
             entry.states[loaded.version] = (VersionState.UNAVAILABLE, "unloaded")
+        if cached is not None:
+            cached.unpin()
         logger.info("unloaded %s", entry.name)
 
     async def _retire(self, loaded: LoadedVersion) -> None:
@@ -411,18 +462,6 @@ class ModelRepository:
             await loaded.batcher.close(timeout_s=self._settings.drain_timeout_s)
         finally:
             await loaded.runtime.unload()
-
-
-def _fingerprint(model_dir: Path, config: ModelConfig) -> str:
-    """Config plus every file's size and mtime: a load of an unchanged model is a no-op."""
-    digest = hashlib.sha256(config.SerializeToString(deterministic=True))
-    for path in sorted(model_dir.rglob("*")):
-        if path.is_file():
-            stat = path.stat()
-            digest.update(
-                f"{path.relative_to(model_dir)}:{stat.st_size}:{stat.st_mtime_ns};".encode()
-            )
-    return digest.hexdigest()
 
 
 def _read_labels(model_dir: Path, label_filename: str) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ from types import FrameType
 
 import uvicorn
 
-from data_plane.app import build_repository, create_app
+from data_plane.app import build_node_cache, build_repository, create_app
 from data_plane.devices import cuda_device_count
 from data_plane.metrics import Metrics
 from data_plane.settings import DataPlaneSettings
@@ -44,8 +44,9 @@ def run(settings: DataPlaneSettings) -> None:
     gpus = settings.gpu_count if settings.gpu_count is not None else cuda_device_count()
     metrics = Metrics()
     lifecycle = Lifecycle()
-    repository = build_repository(settings, metrics, gpu_count=gpus)
-    app = create_app(settings, repository, metrics, lifecycle)
+    cache = build_node_cache(settings, metrics)
+    repository = build_repository(settings, metrics, cache, gpu_count=gpus)
+    app = create_app(settings, repository, cache, metrics, lifecycle)
     config = uvicorn.Config(
         app,
         host=settings.host,

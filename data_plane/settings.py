@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import enum
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import AliasChoices, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class ModelControlMode(enum.StrEnum):
@@ -21,8 +22,9 @@ class DataPlaneSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_DATA_PLANE_", frozen=True)
 
-    model_repository: Path
-    """Folder in Triton's layout: ``<model>/config.pbtxt`` and ``<model>/<version>/``."""
+    model_repository: str
+    """Triton-layout repository (``<model>/config.pbtxt``, ``<model>/<version>/``): a local
+    folder, ``file://`` URI or ``s3://bucket/prefix``."""
     host: str = "127.0.0.1"
     """Address the HTTP server binds."""
     http_port: int = Field(default=8000, ge=0, le=65535)
@@ -31,11 +33,33 @@ class DataPlaneSettings(BaseSettings):
     """``none`` loads every model at start; ``explicit`` loads only what is asked for."""
     load_models: tuple[str, ...] = ()
     """Models to load at start in explicit mode; ``*`` loads all."""
-    cache_dir: Path | None = Field(
-        default=None,
+    cache_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "zeroserve",
         validation_alias=AliasChoices("ZEROSERVE_CACHE_DIR", "cache_dir"),
     )
-    """Node-local cache folder (engine caches)."""
+    """Node-local cache folder: fetched models and warm engines, shared by the node's workers."""
+    cache_max_bytes: int = Field(
+        default=50 * 2**30,
+        gt=0,
+        validation_alias=AliasChoices("ZEROSERVE_CACHE_MAX_BYTES", "cache_max_bytes"),
+    )
+    """Bound on the node cache's size; least recently used models not in use are evicted."""
+    allowed_storage: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        validation_alias=AliasChoices("ZEROSERVE_ALLOWED_STORAGE", "allowed_storage"),
+    )
+    """Roots (``s3://bucket[/prefix]``, folders) a load's ``storage_uri`` may name; comma
+    separated in the environment. The model repository is always allowed."""
+    storage_part_size_bytes: int = Field(default=8 * 2**20, ge=64 * 1024)
+    """Size of one ranged GET from S3."""
+    storage_concurrency: int = Field(default=8, ge=1, le=256)
+    """Ranged GETs in flight at once."""
+    storage_connect_timeout_s: float = Field(default=5.0, gt=0)
+    """Connect timeout to the object store."""
+    storage_read_timeout_s: float = Field(default=30.0, gt=0)
+    """Read timeout on an open connection to the object store."""
+    storage_lock_timeout_s: float = Field(default=600.0, gt=0)
+    """How long to wait for another process fetching the same model."""
     max_input_bytes: int = Field(default=64 * 2**20, gt=0)
     """Largest request body (after decompression), as Triton's --http-max-input-size."""
     exit_timeout_s: float = Field(default=30.0, ge=0)
@@ -50,6 +74,13 @@ class DataPlaneSettings(BaseSettings):
     """Threads across engine operators; 0 lets the engine choose."""
     gpu_count: int | None = Field(default=None, ge=0)
     """GPUs this server may use; None detects them."""
+
+    @field_validator("allowed_storage", mode="before")
+    @classmethod
+    def _split_roots(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
 
     @field_validator("load_models")
     @classmethod

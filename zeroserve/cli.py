@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    from control_plane.settings import ControlPlaneSettings
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -16,7 +21,9 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "serve",
         help="run a standalone inference server over a model repository (like tritonserver)",
     )
-    serve.add_argument("--model-repository", type=Path, help="Triton-layout model folder")
+    serve.add_argument(
+        "--model-repository", help="Triton-layout model repository: a folder or s3://bucket/prefix"
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--model-control-mode", choices=["none", "explicit"], default="none")
@@ -45,12 +52,12 @@ def _serve(args: argparse.Namespace) -> int:
     from data_plane.server import run
     from data_plane.settings import DataPlaneSettings, ModelControlMode
 
-    repository: Path | None = args.model_repository
+    repository: str | None = args.model_repository
     if args.demo:
         from data_plane.demo import DEMO_MODEL, write_demo_repository
 
-        repository = repository or Path("demo-models")
-        write_demo_repository(repository)
+        repository = repository or "demo-models"
+        write_demo_repository(Path(repository))
         print(
             f"demo model '{DEMO_MODEL}' in {repository}; try:\n"
             f"  curl -s -X POST http://{args.host}:{args.http_port}/v2/models/{DEMO_MODEL}/infer"
@@ -83,20 +90,228 @@ def _serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"zeroserve serve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
-    if not settings.model_repository.is_dir():
+    if "://" not in settings.model_repository and not Path(settings.model_repository).is_dir():
         print(
             f"zeroserve serve: model repository {settings.model_repository} is not a folder",
             file=sys.stderr,
         )
         return 2
-    run(settings)
+    from data_plane.storage import StorageError
+
+    try:
+        run(settings)
+    except StorageError as exc:
+        print(f"zeroserve serve: {exc.message}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _platform_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``up`` and ``control-plane``."""
+    parser.add_argument("--admin-host", default=None, help="admin API address (loopback)")
+    parser.add_argument("--admin-port", type=int, default=None, help="admin API port (8081)")
+    parser.add_argument(
+        "--state", default=None, help="state store: memory (default) or redis://host:port/db"
+    )
+    parser.add_argument("--backend", choices=["local"], default=None)
+    parser.add_argument("--cache-dir", type=Path, default=None, help="node cache shared by workers")
+    parser.add_argument("--max-workers", type=int, default=None)
+    parser.add_argument(
+        "--warm-workers", type=int, default=None, help="empty workers kept ready for cold starts"
+    )
+    parser.add_argument(
+        "--allow-storage",
+        action="append",
+        default=[],
+        metavar="ROOT",
+        help="storage root models may come from (s3://bucket/prefix or /dir; repeatable)",
+    )
+    parser.add_argument("--worker-log-dir", type=Path, default=None)
+    parser.add_argument("--log-level", default="info")
+
+
+def _control_plane_settings(args: argparse.Namespace) -> ControlPlaneSettings:
+    from control_plane.settings import ControlPlaneSettings
+
+    overrides: dict[str, object] = {}
+    for option, field in (
+        ("admin_host", "admin_host"),
+        ("admin_port", "admin_port"),
+        ("state", "state_url"),
+        ("backend", "backend"),
+        ("cache_dir", "cache_dir"),
+        ("max_workers", "max_workers"),
+        ("warm_workers", "warm_workers"),
+        ("worker_log_dir", "worker_log_dir"),
+    ):
+        value = getattr(args, option)
+        if value is not None:
+            overrides[field] = value
+    settings = ControlPlaneSettings(**overrides)  # type: ignore[arg-type]
+    if args.allow_storage:
+        allowed = (*settings.allowed_storage, *args.allow_storage)
+        settings = settings.model_copy(update={"allowed_storage": allowed})
+    return settings
+
+
+def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    up = sub.add_parser(
+        "up", help="run the platform on this machine: activator, control plane, local workers"
+    )
+    up.add_argument("--host", default=None, help="public (activator) address; 127.0.0.1")
+    up.add_argument("--port", type=int, default=None, help="public (activator) port; 8080")
+    _platform_arguments(up)
+    up.add_argument(
+        "--demo", action="store_true", help="register a generated demo model (scaled to zero)"
+    )
+    up.set_defaults(handler=_up)
+
+
+def _up(args: argparse.Namespace) -> int:
+    from activator.settings import ActivatorSettings
+    from control_plane.platform import ensure_admin_token, serve
+
+    try:
+        settings, generated = ensure_admin_token(_control_plane_settings(args))
+        overrides: dict[str, object] = {"state_url": settings.state_url}
+        if args.host is not None:
+            overrides["host"] = args.host
+        if args.port is not None:
+            overrides["port"] = args.port
+        activator_settings = ActivatorSettings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        print(f"zeroserve up: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    if generated:
+        assert settings.admin_token is not None
+        print(
+            f"zeroserve: admin token (set ZEROSERVE_ADMIN_TOKEN to choose one): "
+            f"{settings.admin_token.get_secret_value()}",
+            flush=True,
+        )
+    try:
+        return serve(settings, activator_settings, demo=args.demo)
+    except OSError as exc:
+        print(f"zeroserve up: {exc}", file=sys.stderr)
+        return 1
+
+
+def _control_plane_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "control-plane",
+        help="run the control plane alone (cluster mode: state in Redis, activators apart)",
+    )
+    _platform_arguments(parser)
+    parser.set_defaults(handler=_control_plane)
+
+
+def _control_plane(args: argparse.Namespace) -> int:
+    from control_plane.platform import serve
+
+    try:
+        settings = _control_plane_settings(args)
+    except ValidationError as exc:
+        print(f"zeroserve control-plane: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    if settings.admin_token is None:
+        print("zeroserve control-plane: set ZEROSERVE_ADMIN_TOKEN", file=sys.stderr)
+        return 2
+    try:
+        return serve(settings, None)
+    except OSError as exc:
+        print(f"zeroserve control-plane: {exc}", file=sys.stderr)
+        return 1
+
+
+def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    models = sub.add_parser("models", help="manage models through the admin API")
+    models.add_argument("--url", default=None, help="admin API (ZEROSERVE_ADMIN_URL)")
+    models.add_argument("--token", default=None, help="admin token (ZEROSERVE_ADMIN_TOKEN)")
+    models.add_argument("--log-level", default="warning")
+    actions = models.add_subparsers(dest="action", required=True)
+    register = actions.add_parser("register", help="register a model")
+    register.add_argument("name")
+    register.add_argument("--storage-uri", required=True, help="s3://bucket/prefix or a path")
+    register.add_argument("--backend", default=None, help="Triton backend, e.g. onnxruntime")
+    register.add_argument("--platform", default=None, help="Triton platform")
+    register.add_argument(
+        "--config", default=None, help="Triton ModelConfig as JSON, or @file.json"
+    )
+    register.add_argument("--min-replicas", type=int, default=None, help="0 = scale to zero")
+    register.add_argument("--max-replicas", type=int, default=None)
+    register.add_argument("--target-concurrency", type=float, default=None)
+    register.add_argument("--idle-timeout-s", type=float, default=None)
+    register.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    register.add_argument("--memory-bytes", type=int, default=None)
+    actions.add_parser("ls", help="list models")
+    for action, text in (
+        ("show", "a model and its status"),
+        ("rm", "unload and delete a model"),
+        ("load", "load a model now"),
+        ("unload", "unload a model's replicas"),
+        ("activations", "a model's recent cold-start timelines"),
+    ):
+        actions.add_parser(action, help=text).add_argument("name")
+    actions.add_parser("workers", help="list workers")
+    models.set_defaults(handler=_models)
+
+
+def _models(args: argparse.Namespace) -> int:
+    from control_plane.api.client import run
+    from control_plane.settings import AdminClientSettings
+
+    overrides: dict[str, object] = {}
+    if args.url is not None:
+        overrides["url"] = args.url
+    if args.token is not None:
+        overrides["token"] = args.token
+    settings = AdminClientSettings(**overrides)  # type: ignore[arg-type]
+    body: dict[str, object] | None = None
+    if args.action == "register":
+        body = {"name": args.name, "storage_uri": args.storage_uri}
+        for option in ("backend", "platform"):
+            if getattr(args, option) is not None:
+                body[option] = getattr(args, option)
+        if args.config is not None:
+            text = args.config
+            if text.startswith("@"):
+                text = Path(text[1:]).read_text(encoding="utf-8")
+            try:
+                body["config"] = json.loads(text)
+            except json.JSONDecodeError as exc:
+                print(f"zeroserve models register: --config is not JSON: {exc}", file=sys.stderr)
+                return 2
+        scaling = {
+            key: getattr(args, key)
+            for key in ("min_replicas", "max_replicas", "target_concurrency", "idle_timeout_s")
+            if getattr(args, key) is not None
+        }
+        if scaling:
+            body["scaling"] = scaling
+        resources = {
+            key: getattr(args, key)
+            for key in ("device", "memory_bytes")
+            if getattr(args, key) is not None
+        }
+        if resources:
+            body["resources"] = resources
+    return run(
+        args.action,
+        settings,
+        name=getattr(args, "name", None),
+        body=body,
+        out=sys.stdout,
+        err=sys.stderr,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zeroserve", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
+    _up_parser(sub)
+    _control_plane_parser(sub)
+    _models_parser(sub)
     return parser
 
 

@@ -59,17 +59,24 @@ async def load(request: Request) -> Response:
     _require_explicit(request)
     parameters = _parameters(await _json_body(request))
     config: str | None = None
+    storage_uri: str | None = None
     for key, value in parameters.items():
         if key == "config":
             if not isinstance(value, str):
                 raise InvalidArgumentError("Invalid config override: expected a JSON string")
             config = value
+        elif key == "storage_uri":
+            if not isinstance(value, str) or not value:
+                raise InvalidArgumentError("Invalid storage_uri: expected a non-empty string")
+            storage_uri = value
         else:
             raise InvalidArgumentError(
                 f"Unrecognized load parameter '{key}' with type '{type(value).__name__}'"
             )
     repository: ModelRepository = request.state.repository
-    await repository.load(request.path_params["name"], config_override=config)
+    await repository.load(
+        request.path_params["name"], config_override=config, storage_uri=storage_uri
+    )
     return Response(status_code=200)
 
 

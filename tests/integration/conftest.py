@@ -59,7 +59,12 @@ def start_server(repository: Path, log_dir: Path, *args: str) -> ServerProcess:
     """Start ``python -m data_plane`` and wait until it answers live and ready probes."""
     port = free_port()
     log_path = log_dir / f"server-{port}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "ZEROSERVE_CACHE_DIR": str(log_dir / "cache"),
+    }
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [

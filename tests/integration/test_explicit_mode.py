@@ -128,7 +128,7 @@ def test_failed_load_says_why_and_leaves_the_model_unloaded(server_factory, repo
         assert "this model cannot load" in response.json()["error"]
         missing = client.post("/v2/repository/models/absent/load")
         assert missing.status_code == 400
-        assert "failed to poll from model repository" in missing.json()["error"]
+        assert "no such file or folder" in missing.json()["error"]
         traversal = client.post("/v2/repository/models/..%2F..%2Fetc/load")
         assert traversal.status_code in (400, 404)
         row = [r for r in client.post("/v2/repository/index").json() if r["name"] == "broken"]
