@@ -325,4 +325,3 @@ def _as_output(output: _Output, array: np.ndarray) -> np.ndarray:
         f"Python model output {output.name!r} has dtype {array.dtype}; "
         f"the config says {output.datatype}"
     )
-

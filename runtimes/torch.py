@@ -320,4 +320,3 @@ def _tensors(kind: str, entries: Sequence[mc.ModelInput | mc.ModelOutput]) -> tu
             )
         tensors.append(_Tensor(entry.name, datatype))
     return tuple(tensors)
-

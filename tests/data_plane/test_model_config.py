@@ -48,7 +48,7 @@ def test_parse_pbtxt_reads_every_field_users_set():
 
 
 def test_parse_pbtxt_rejects_unknown_fields():
-    with pytest.raises(ConfigError, match="has no field named \"foo\""):
+    with pytest.raises(ConfigError, match='has no field named "foo"'):
         model_config.parse_pbtxt('name: "x" foo: 1')
 
 
@@ -68,8 +68,7 @@ def test_parse_json_rejects_unknown_fields():
 
 def test_normalize_fills_triton_defaults():
     config = model_config.parse_pbtxt(
-        'max_batch_size: 4 dynamic_batching {} '
-        'input [{name: "a" data_type: TYPE_FP32 dims: [2]}]'
+        'max_batch_size: 4 dynamic_batching {} input [{name: "a" data_type: TYPE_FP32 dims: [2]}]'
     )
     model_config.normalize(config, name="m", gpu_count=0)
     assert config.name == "m"
@@ -107,7 +106,7 @@ def test_normalize_picks_gpu_for_auto_kind_when_there_is_one():
             id="bad-default-priority",
         ),
         pytest.param(
-            'instance_group [{ kind: KIND_GPU }]', "no GPUs are available", id="gpu-without-gpu"
+            "instance_group [{ kind: KIND_GPU }]", "no GPUs are available", id="gpu-without-gpu"
         ),
         pytest.param(
             'input [{ name: "a" data_type: TYPE_FP32 dims: [0] }]',

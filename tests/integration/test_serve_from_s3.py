@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from tests.data_plane.storage.s3_server import CREDENTIALS, REGION, MotoServer, start_moto
-from tests.integration.conftest import ServerProcess, start_server
+from tests.integration.conftest import ServerProcess
 from tests.models import write_onnx_mlp
 
 pytestmark = pytest.mark.integration

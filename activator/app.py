@@ -1,0 +1,143 @@
+"""The activator's ASGI application factory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import httpx
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+
+from activator import http_errors
+from activator.buffer import Activate, Buffer
+from activator.errors import ZeroserveError
+from activator.placements import (
+    ModelCatalog,
+    ModelSource,
+    PlacementSource,
+    PlacementView,
+    ReplicaTable,
+)
+from activator.proxy import Proxy
+from activator.routes import routes
+from activator.settings import ActivatorSettings
+from activator.state import ActivatorState, Lifecycle
+from activator.traffic import Traffic, TrafficSink
+
+logger = logging.getLogger(__name__)
+
+
+class ActivatorStore(PlacementSource, ModelSource, TrafficSink, Protocol):
+    """What the activator needs of the state store; ``StateStore`` has all of it."""
+
+
+def create_app(
+    settings: ActivatorSettings,
+    store: ActivatorStore,
+    activate: Activate,
+    activator_id: str,
+    *,
+    lifecycle: Lifecycle | None = None,
+) -> Starlette:
+    """The activator app. Its lifespan builds the replica table, buffer, catalog, traffic
+    counter and the upstream connection pool, follows the store's placements and reports
+    traffic in the background, and at shutdown fails what still waits, stops both tasks,
+    sends a last traffic report and closes the pool.
+
+    Parameters:
+        settings: the activator's settings.
+        store: placements, registered models, and where traffic reports go.
+        activate: asks the control plane to bring a model up (``store.request_activation``
+            in a cluster).
+        activator_id: names this activator in traffic reports.
+        lifecycle: shared with the server, which marks it stopping on a signal.
+    """
+    lifecycle = lifecycle or Lifecycle()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[ActivatorState]:
+        table = ReplicaTable()
+        buffer = Buffer(
+            activate,
+            table,
+            max_requests=settings.buffer_max_requests,
+            release_concurrency=settings.release_concurrency,
+            activation_timeout_s=settings.activation_timeout_s,
+            retry_after_s=settings.retry_after_s,
+        )
+        view = PlacementView(
+            store,
+            table,
+            buffer,
+            quarantine_s=settings.replica_quarantine_s,
+            resubscribe_delay_s=settings.resubscribe_delay_s,
+        )
+        catalog = ModelCatalog(
+            store,
+            ttl_s=settings.model_cache_ttl_s,
+            max_entries=settings.model_cache_max_entries,
+            retry_after_s=settings.retry_after_s,
+        )
+        traffic = Traffic(store, activator_id, interval_s=settings.traffic_report_interval_s)
+        timeout = httpx.Timeout(
+            connect=settings.upstream_connect_timeout_s,
+            read=settings.upstream_read_timeout_s,
+            write=settings.upstream_write_timeout_s,
+            pool=settings.upstream_pool_timeout_s,
+        )
+        client = httpx.AsyncClient(
+            timeout=timeout,
+            limits=httpx.Limits(
+                max_connections=settings.upstream_max_connections,
+                max_keepalive_connections=settings.upstream_max_keepalive_connections,
+                keepalive_expiry=settings.upstream_keepalive_expiry_s,
+            ),
+            # Worker traffic stays inside the cluster: no proxies or .netrc from the env.
+            trust_env=False,
+        )
+        proxy = Proxy(
+            client,
+            table,
+            view,
+            buffer,
+            traffic,
+            timeout=timeout,
+            activation_timeout_s=settings.activation_timeout_s,
+            retry_after_s=settings.retry_after_s,
+        )
+        tasks = [
+            asyncio.create_task(view.run(), name="activator-placements"),
+            asyncio.create_task(traffic.run(), name="activator-traffic"),
+        ]
+        try:
+            await view.wait_synced(settings.startup_sync_timeout_s)
+            yield ActivatorState(
+                settings=settings, catalog=catalog, proxy=proxy, view=view, lifecycle=lifecycle
+            )
+        finally:
+            lifecycle.is_stopping = True
+            await buffer.close()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            view.close()
+            await traffic.flush()
+            await client.aclose()
+
+    # Outermost first. None yet: access logging and request ids will go here, as pure ASGI.
+    middleware: list[Middleware] = []
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={
+            ZeroserveError: http_errors.handle_zeroserve_error,
+            HTTPException: http_errors.handle_http_exception,
+            Exception: http_errors.handle_unexpected,
+        },
+    )

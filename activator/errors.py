@@ -1,0 +1,155 @@
+"""The activator's error tree, free of HTTP.
+
+    ZeroserveError
+    ├── InvalidInputError             the request cannot be routed (no model in an OpenAI body)
+    │   └── RequestTooLargeError      the body exceeds ``max_request_bytes``
+    ├── ModelNotFoundError            no model of this name is registered
+    ├── TooManyRequestsError          try again later, somewhere else
+    │   └── BufferFullError           the model's buffer holds ``buffer_max_requests``
+    ├── UnavailableError              try again later
+    │   ├── ActivationFailedError     the control plane could not be asked, or refused
+    │   ├── ActivationTimeoutError    no replica became ready before the deadline
+    │   ├── UpstreamBusyError         every upstream connection stayed busy
+    │   ├── StoreUnavailableError     the state store did not answer a model lookup
+    │   └── ShuttingDownError         the activator stops and gave up waiting
+    ├── UpstreamError                 the worker dropped the request after receiving it
+    └── UpstreamTimeoutError          the worker took the request and did not answer in time
+
+`activator.http_errors` maps each class to a status code in one place.
+"""
+
+from __future__ import annotations
+
+
+class ZeroserveError(Exception):
+    """Base of every error the activator raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInputError(ZeroserveError):
+    """The request is malformed in a way that keeps it from being routed."""
+
+
+class RequestTooLargeError(InvalidInputError):
+    """The request body is larger than the activator holds."""
+
+    def __init__(self, *, size: int, limit: int) -> None:
+        super().__init__(f"request body of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+class ModelNotFoundError(ZeroserveError):
+    """No model of this name is registered."""
+
+    def __init__(self, *, model: str) -> None:
+        super().__init__(f"model '{model}' is not registered")
+        self.model = model
+
+
+class TooManyRequestsError(ZeroserveError):
+    """More requests than the activator takes on; retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class BufferFullError(TooManyRequestsError):
+    """The model has no ready replica and its buffer is full."""
+
+    def __init__(self, *, model: str, limit: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"model '{model}' is starting and its request buffer is full "
+            f"({limit} requests waiting)",
+            retry_after_s=retry_after_s,
+        )
+        self.model = model
+        self.limit = limit
+
+
+class UnavailableError(ZeroserveError):
+    """The request cannot be served now; a retry after ``retry_after_s`` may succeed."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ActivationFailedError(UnavailableError):
+    """Asking the control plane to bring the model up failed."""
+
+    def __init__(self, *, model: str, reason: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"model '{model}' could not be activated: {reason}", retry_after_s=retry_after_s
+        )
+        self.model = model
+        self.reason = reason
+
+
+class ActivationTimeoutError(UnavailableError):
+    """The request waited ``timeout_s`` and no replica of the model became ready."""
+
+    def __init__(self, *, model: str, timeout_s: float, retry_after_s: int) -> None:
+        super().__init__(
+            f"model '{model}' did not become ready within {timeout_s:g} s",
+            retry_after_s=retry_after_s,
+        )
+        self.model = model
+        self.timeout_s = timeout_s
+
+
+class UpstreamBusyError(UnavailableError):
+    """No connection to a worker came free within the pool timeout."""
+
+    def __init__(self, *, model: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"model '{model}': every connection to its workers is busy",
+            retry_after_s=retry_after_s,
+        )
+        self.model = model
+
+
+class StoreUnavailableError(UnavailableError):
+    """The state store failed to say whether a model is registered."""
+
+    def __init__(self, *, model: str, reason: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"cannot look up model '{model}': state store unavailable ({reason})",
+            retry_after_s=retry_after_s,
+        )
+        self.model = model
+        self.reason = reason
+
+
+class ShuttingDownError(UnavailableError):
+    """The activator is stopping and no longer waits for replicas."""
+
+    def __init__(self, *, model: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"model '{model}': the activator is shutting down", retry_after_s=retry_after_s
+        )
+        self.model = model
+
+
+class UpstreamError(ZeroserveError):
+    """The worker failed after the request was sent: reset, closed or garbled."""
+
+    def __init__(self, *, model: str, url: str, reason: str) -> None:
+        super().__init__(f"model '{model}': worker {url} failed: {reason}")
+        self.model = model
+        self.url = url
+        self.reason = reason
+
+
+class UpstreamTimeoutError(ZeroserveError):
+    """The worker accepted the request and did not answer within the read timeout."""
+
+    def __init__(self, *, model: str, url: str, timeout_s: float) -> None:
+        super().__init__(f"model '{model}': worker {url} did not answer within {timeout_s:g} s")
+        self.model = model
+        self.url = url
+        self.timeout_s = timeout_s

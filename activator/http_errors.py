@@ -1,0 +1,75 @@
+"""The one place where activator errors become HTTP responses: ``{"error": "..."}``."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from activator.errors import (
+    InvalidInputError,
+    ModelNotFoundError,
+    RequestTooLargeError,
+    TooManyRequestsError,
+    UnavailableError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    ZeroserveError,
+)
+
+logger = logging.getLogger(__name__)
+
+_STATUS: dict[type[ZeroserveError], int] = {
+    RequestTooLargeError: 413,
+    InvalidInputError: 400,
+    ModelNotFoundError: 404,
+    TooManyRequestsError: 429,
+    UnavailableError: 503,
+    UpstreamError: 502,
+    UpstreamTimeoutError: 504,
+}
+
+
+def status_for(error: ZeroserveError) -> int:
+    """The HTTP status of ``error``: the nearest class in its MRO with a mapping, else 500."""
+    for cls in type(error).__mro__:
+        status = _STATUS.get(cls)
+        if status is not None:
+            return status
+    return 500
+
+
+def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
+    """The OIP error body ``{"error": "<message>"}`` as application/json."""
+    return Response(
+        orjson.dumps({"error": message}),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def from_error(error: ZeroserveError) -> Response:
+    headers: dict[str, str] | None = None
+    if isinstance(error, TooManyRequestsError | UnavailableError):
+        headers = {"Retry-After": str(error.retry_after_s)}
+    return error_response(error.message, status_for(error), headers)
+
+
+async def handle_zeroserve_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ZeroserveError)
+    return from_error(exc)
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    text = {404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, exc.detail)
+    return error_response(text, exc.status_code, dict(exc.headers or {}))
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response("internal server error", 500)

@@ -1,0 +1,43 @@
+"""Least-outstanding-requests choice among the ready replicas of one model.
+
+Pure: no I/O, no clock, no randomness. The caller owns the replicas and their counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(eq=False, slots=True)
+class Replica:
+    """One ready copy of a model as this activator sees it.
+
+    Compared and hashed by identity: two placements of one model on one worker are never
+    alive at once, and a replica that comes back is a new object with a fresh count.
+    """
+
+    worker_id: str
+    url: str
+    """Base URL of the worker's data plane, without a trailing slash."""
+    in_flight: int = 0
+    """Requests this activator has sent to the replica and not yet finished streaming."""
+
+
+def choose(replicas: Sequence[Replica], *, offset: int = 0) -> Replica | None:
+    """The replica with the fewest requests in flight, or None when there is none.
+
+    Ties go to the first one at or after position ``offset`` (taken modulo the length), so a
+    caller that advances ``offset`` on every pick spreads an idle model's requests evenly
+    instead of always filling the first replica.
+    """
+    count = len(replicas)
+    if count == 0:
+        return None
+    start = offset % count
+    best = replicas[start]
+    for step in range(1, count):
+        candidate = replicas[(start + step) % count]
+        if candidate.in_flight < best.in_flight:
+            best = candidate
+    return best

@@ -1,0 +1,309 @@
+"""The activator's local view of the control plane's state: placements and model names.
+
+:class:`PlacementView` follows the store's placement events into a :class:`ReplicaTable`
+and tells a :class:`ReplicaListener` (the buffer) what came and went. :class:`ModelCatalog`
+answers "is this model registered?" from a short-lived cache, so that requests for unknown
+names are refused without waking anything and known names cost no store round trip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Protocol
+
+from activator.errors import StoreUnavailableError
+from activator.lb import Replica, choose
+from control_plane.records import ModelRecord, Placement, PlacementEvent, PlacementEventKind
+
+logger = logging.getLogger(__name__)
+
+
+class PlacementSource(Protocol):
+    """Where placements come from (``StateStore`` is one)."""
+
+    def subscribe_placements(self) -> AsyncIterator[PlacementEvent]: ...
+
+    async def list_placements(self, model: str | None = None) -> list[Placement]: ...
+
+
+class ModelSource(Protocol):
+    """Where registered models come from (``StateStore`` is one)."""
+
+    async def get_model(self, name: str) -> ModelRecord | None: ...
+
+    async def list_models(self) -> list[ModelRecord]: ...
+
+
+class ReplicaListener(Protocol):
+    """Told when a model gains or loses a ready replica (the buffer releases on it)."""
+
+    def replica_added(self, model: str, replica: Replica) -> None: ...
+
+    def replica_removed(self, model: str, replica: Replica) -> None: ...
+
+
+class ReplicaTable:
+    """The ready replicas of every model, and the least-outstanding pick among them."""
+
+    def __init__(self) -> None:
+        self._by_model: dict[str, list[Replica]] = {}
+        self._picks = 0
+
+    def replicas(self, model: str) -> Sequence[Replica]:
+        return self._by_model.get(model, ())
+
+    def choose(self, model: str) -> Replica | None:
+        """The replica of ``model`` with the fewest requests in flight; None if it has none."""
+        replicas = self._by_model.get(model)
+        if not replicas:
+            return None
+        self._picks += 1
+        return choose(replicas, offset=self._picks)
+
+    def get(self, model: str, worker_id: str) -> Replica | None:
+        for replica in self._by_model.get(model, ()):
+            if replica.worker_id == worker_id:
+                return replica
+        return None
+
+    def add(self, model: str, replica: Replica) -> None:
+        self._by_model.setdefault(model, []).append(replica)
+
+    def remove(self, model: str, replica: Replica) -> bool:
+        """Drop ``replica``; False if it was not there (removed already)."""
+        replicas = self._by_model.get(model)
+        if replicas is None or replica not in replicas:
+            return False
+        replicas.remove(replica)
+        if not replicas:
+            del self._by_model[model]
+        return True
+
+    def models(self) -> list[str]:
+        return list(self._by_model)
+
+
+class PlacementView:
+    """Keeps a :class:`ReplicaTable` equal to the store's placements, plus local knowledge.
+
+    Local knowledge is :meth:`forget`: a replica that refused a connection leaves the table
+    at once (the store learns of a dead worker only later) and comes back after
+    ``quarantine_s`` unless the store removed it meanwhile. Without the return, one refused
+    connection to a healthy worker would hide it from this activator until the next resync,
+    and its requests would wait for an activation the control plane sees no reason to do.
+
+    Parameters:
+        source: the placement events and the full list on resync.
+        table: the table to keep current; shared with the proxy and the buffer.
+        listener: told of every replica added to or removed from the table.
+        quarantine_s: how long a forgotten replica stays out.
+        resubscribe_delay_s: pause before subscribing again after the subscription failed.
+    """
+
+    def __init__(
+        self,
+        source: PlacementSource,
+        table: ReplicaTable,
+        listener: ReplicaListener,
+        *,
+        quarantine_s: float,
+        resubscribe_delay_s: float,
+    ) -> None:
+        self._source = source
+        self._table = table
+        self._listener = listener
+        self._quarantine_s = quarantine_s
+        self._resubscribe_delay_s = resubscribe_delay_s
+        self._quarantined: dict[tuple[str, str], tuple[str, asyncio.TimerHandle]] = {}
+        self._synced = asyncio.Event()
+
+    @property
+    def is_synced(self) -> bool:
+        """True once the first full list of placements has been applied."""
+        return self._synced.is_set()
+
+    async def wait_synced(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the first full list; False if it did not come."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._synced.wait()
+        except TimeoutError:
+            logger.warning("placements not synced within %.1f s; not ready yet", timeout_s)
+            return False
+        return True
+
+    async def run(self) -> None:
+        """Follow the store's placement events until cancelled, resubscribing on failure."""
+        while True:
+            try:
+                async for event in self._source.subscribe_placements():
+                    await self._apply(event)
+                logger.warning("placement subscription ended; subscribing again")
+            except Exception:
+                # The store's iterators survive reconnects themselves, so this is a store
+                # outage or a bug: keep serving from the table we have and try again.
+                logger.exception("placement subscription failed; subscribing again")
+            await asyncio.sleep(self._resubscribe_delay_s)
+
+    def forget(self, model: str, replica: Replica) -> None:
+        """Take ``replica`` out of the table for a while: it refused a connection."""
+        if not self._table.remove(model, replica):
+            return
+        logger.warning(
+            "replica of %s on worker %s refused a connection; left out for %.1f s",
+            model,
+            replica.worker_id,
+            self._quarantine_s,
+            extra={"model": model, "worker_id": replica.worker_id},
+        )
+        key = (model, replica.worker_id)
+        handle = asyncio.get_running_loop().call_later(self._quarantine_s, self._restore, key)
+        self._quarantined[key] = (replica.url, handle)
+        self._listener.replica_removed(model, replica)
+
+    def close(self) -> None:
+        """Cancel pending returns from quarantine."""
+        for _, handle in self._quarantined.values():
+            handle.cancel()
+        self._quarantined.clear()
+
+    async def _apply(self, event: PlacementEvent) -> None:
+        if event.kind is PlacementEventKind.RESYNC:
+            self._reconcile(await self._source.list_placements())
+            if not self._synced.is_set():
+                logger.info("placements synced: %d models", len(self._table.models()))
+                self._synced.set()
+        elif event.placement is None:
+            logger.warning("placement event %s without a placement; ignored", event.kind)
+        elif event.kind is PlacementEventKind.ADDED:
+            self._add(event.placement.model, event.placement.worker_id, event.placement.url)
+        else:
+            self._remove(event.placement.model, event.placement.worker_id)
+
+    def _reconcile(self, placements: list[Placement]) -> None:
+        wanted = {(p.model, p.worker_id): p.url for p in placements}
+        for model in self._table.models():
+            for replica in list(self._table.replicas(model)):
+                if (model, replica.worker_id) not in wanted:
+                    self._remove(model, replica.worker_id)
+        for key in [k for k in self._quarantined if k not in wanted]:
+            self._unquarantine(key)
+        for (model, worker_id), url in wanted.items():
+            if (model, worker_id) not in self._quarantined:
+                self._add(model, worker_id, url)
+
+    def _add(self, model: str, worker_id: str, url: str) -> None:
+        url = url.rstrip("/")
+        # The store announcing a quarantined replica again means the worker is back.
+        self._unquarantine((model, worker_id))
+        existing = self._table.get(model, worker_id)
+        if existing is not None:
+            if existing.url == url:
+                return
+            self._remove(model, worker_id)
+        replica = Replica(worker_id=worker_id, url=url)
+        self._table.add(model, replica)
+        logger.info(
+            "replica of %s ready on worker %s at %s",
+            model,
+            worker_id,
+            url,
+            extra={"model": model, "worker_id": worker_id},
+        )
+        self._listener.replica_added(model, replica)
+
+    def _remove(self, model: str, worker_id: str) -> None:
+        self._unquarantine((model, worker_id))
+        replica = self._table.get(model, worker_id)
+        if replica is None:
+            return
+        self._table.remove(model, replica)
+        logger.info(
+            "replica of %s on worker %s removed",
+            model,
+            worker_id,
+            extra={"model": model, "worker_id": worker_id},
+        )
+        self._listener.replica_removed(model, replica)
+
+    def _unquarantine(self, key: tuple[str, str]) -> None:
+        entry = self._quarantined.pop(key, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    def _restore(self, key: tuple[str, str]) -> None:
+        # Present: every path that drops the entry cancels this timer.
+        url, _ = self._quarantined.pop(key)
+        self._add(key[0], key[1], url)
+
+
+class ModelCatalog:
+    """Which model names are registered, cached for ``ttl_s`` (known and unknown alike).
+
+    Parameters:
+        source: the registry, asked on a miss.
+        ttl_s: how long an answer is trusted.
+        max_entries: bound on cached names; the cache starts over when it is reached.
+        retry_after_s: ``Retry-After`` for the 503 when the store fails and nothing is cached.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        source: ModelSource,
+        *,
+        ttl_s: float,
+        max_entries: int,
+        retry_after_s: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._source = source
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._retry_after_s = retry_after_s
+        self._clock = clock
+        self._entries: dict[str, tuple[bool, float]] = {}
+
+    def cached(self, name: str) -> bool | None:
+        """The cached answer for ``name`` while fresh, else None (no await on the hot path)."""
+        entry = self._entries.get(name)
+        if entry is not None and entry[1] > self._clock():
+            return entry[0]
+        return None
+
+    async def is_registered(self, name: str) -> bool:
+        """Whether ``name`` is registered: the cache while fresh, else the store.
+
+        When the store fails, a stale answer is better than none; with no answer at all
+        this raises :class:`StoreUnavailableError` (a 503).
+        """
+        cached = self.cached(name)
+        if cached is not None:
+            return cached
+        try:
+            record = await self._source.get_model(name)
+        except Exception as exc:
+            stale = self._entries.get(name)
+            if stale is None:
+                raise StoreUnavailableError(
+                    model=name, reason=type(exc).__name__, retry_after_s=self._retry_after_s
+                ) from exc
+            logger.warning("state store failed looking up %s; using the cached answer", name)
+            return stale[0]
+        self._remember(name, record is not None)
+        return record is not None
+
+    async def list_models(self) -> list[ModelRecord]:
+        """Every registered model, straight from the store (refreshing the cache)."""
+        records = await self._source.list_models()
+        for record in records:
+            self._remember(record.name, True)
+        return records
+
+    def _remember(self, name: str, is_registered: bool) -> None:
+        if len(self._entries) >= self._max_entries and name not in self._entries:
+            self._entries.clear()
+        self._entries[name] = (is_registered, self._clock() + self._ttl_s)

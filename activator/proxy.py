@@ -1,0 +1,290 @@
+"""Forwarding one request to a replica, and streaming the answer back untouched.
+
+:class:`Proxy` picks a replica (least outstanding requests) or, with none ready, waits in
+the model's buffer; then it sends the request with httpx and streams the worker's bytes
+back as they come. Bodies and headers pass through byte for byte, minus hop-by-hop
+headers. A replica that refused the connection never saw the request, so the request
+goes to another replica or back to the buffer; a failure after sending is the caller's
+502, a worker that took too long its 504.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from functools import partial
+from urllib.parse import quote
+
+import anyio
+import httpx
+import orjson
+from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from activator.buffer import Buffer, Grant
+from activator.errors import UpstreamBusyError, UpstreamError, UpstreamTimeoutError
+from activator.lb import Replica
+from activator.placements import PlacementView, ReplicaTable
+from activator.traffic import Traffic
+
+logger = logging.getLogger(__name__)
+
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+"""Headers that describe one connection, not the message (RFC 9110 section 7.6.1)."""
+
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect"}
+"""Also kept from the worker: ``Host`` names the activator, and the activator's server has
+already answered ``Expect: 100-continue``."""
+
+
+class _NotSentError(Exception):
+    """The connection to the replica failed, so the worker never saw the request."""
+
+
+class Proxy:
+    """Sends requests to replicas and streams their answers back.
+
+    Parameters:
+        client: the one connection pool to every worker.
+        table: the ready replicas, to choose from.
+        view: told to forget a replica that refused a connection.
+        buffer: where requests wait while a model has no ready replica.
+        traffic: counts each request from arrival to the end of its answer.
+        timeout: connect, read, write and pool timeouts for every upstream request.
+        activation_timeout_s: how long a request may wait in the buffer in all.
+        retry_after_s: carried by the 503 for a full connection pool.
+    """
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        table: ReplicaTable,
+        view: PlacementView,
+        buffer: Buffer,
+        traffic: Traffic,
+        *,
+        timeout: httpx.Timeout,
+        activation_timeout_s: float,
+        retry_after_s: int,
+    ) -> None:
+        self._client = client
+        self._table = table
+        self._view = view
+        self._buffer = buffer
+        self._traffic = traffic
+        self._extensions = {"timeout": timeout.as_dict()}
+        self._read_timeout_s = timeout.read
+        self._activation_timeout_s = activation_timeout_s
+        self._retry_after_s = retry_after_s
+
+    async def forward(
+        self, model: str, scope: Scope, receive: Receive, body: bytes
+    ) -> StreamingResponse | Response:
+        """Send the request in ``scope`` with ``body`` to a replica of ``model``.
+
+        The returned response streams the worker's answer; when it is done (or the client
+        leaves) the upstream connection, the replica's count and the traffic count are
+        given back. ``receive`` is watched while the request waits in the buffer: a client
+        that leaves then gives its place up, and gets a 499 nobody will read.
+
+        Raises:
+            ZeroserveError: the buffer's errors (429/503), or the upstream's (502/503/504).
+        """
+        self._traffic.begin(model)
+        try:
+            response = await self._dispatch(model, scope, receive, body)
+        except BaseException:
+            self._traffic.end(model)
+            raise
+        if response is None:
+            self._traffic.end(model)
+            return Response(status_code=499)
+        return response
+
+    async def _dispatch(
+        self, model: str, scope: Scope, receive: Receive, body: bytes
+    ) -> StreamingResponse | None:
+        method: str = scope["method"]
+        target = _target(scope)
+        headers = _request_headers(scope["headers"])
+        deadline: float | None = None
+        is_retry = False
+        while True:
+            grant: Grant | None = None
+            # While the model has a queue, new requests join it rather than overtake it.
+            replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
+            if replica is None:
+                if deadline is None:
+                    deadline = asyncio.get_running_loop().time() + self._activation_timeout_s
+                grant = await self._wait_in_buffer(model, receive, deadline, is_retry)
+                if grant is None:
+                    return None
+                replica = grant.replica
+            replica.in_flight += 1
+            try:
+                upstream = await self._send(model, replica, method, target, headers, body)
+            except _NotSentError:
+                replica.in_flight -= 1
+                # Forget first, so that giving the grant back cannot hand the same dead
+                # replica to the next waiter.
+                self._view.forget(model, replica)
+                if grant is not None:
+                    grant.release()
+                is_retry = True
+                continue
+            except BaseException:
+                replica.in_flight -= 1
+                if grant is not None:
+                    grant.release()
+                raise
+            return _UpstreamResponse(
+                upstream, partial(self._finish, model, replica, grant, upstream)
+            )
+
+    async def _wait_in_buffer(
+        self, model: str, receive: Receive, deadline: float, requeue: bool
+    ) -> Grant | None:
+        """A grant from the buffer, or None if the client disconnected first."""
+        waiting = asyncio.ensure_future(
+            self._buffer.wait(model, deadline=deadline, requeue=requeue)
+        )
+        left = asyncio.ensure_future(_client_left(receive))
+        try:
+            await asyncio.wait((waiting, left), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Cancelling a wait that was granted meanwhile passes the grant on (buffer.wait).
+            waiting.cancel()
+            left.cancel()
+            await asyncio.gather(waiting, left, return_exceptions=True)
+        if left.cancelled():
+            return waiting.result()
+        logger.debug("client left while %s was starting", model)
+        if not waiting.cancelled() and waiting.exception() is None:
+            waiting.result().release()
+        return None
+
+    async def _send(
+        self,
+        model: str,
+        replica: Replica,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> httpx.Response:
+        # httpx.Request rather than client.build_request: the latter merges the client's
+        # default headers (Accept, Accept-Encoding, User-Agent) into what we forward, and a
+        # worker would then compress answers for callers that never asked for it.
+        request = httpx.Request(
+            method, replica.url + target, headers=headers, content=body, extensions=self._extensions
+        )
+        try:
+            return await self._client.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise _NotSentError from exc
+        except httpx.PoolTimeout as exc:
+            raise UpstreamBusyError(model=model, retry_after_s=self._retry_after_s) from exc
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeoutError(
+                model=model, url=replica.url, timeout_s=self._read_timeout_s or 0.0
+            ) from exc
+        except httpx.TransportError as exc:
+            raise UpstreamError(
+                model=model, url=replica.url, reason=str(exc) or type(exc).__name__
+            ) from exc
+
+    async def _finish(
+        self, model: str, replica: Replica, grant: Grant | None, upstream: httpx.Response
+    ) -> None:
+        try:
+            await upstream.aclose()
+        finally:
+            replica.in_flight -= 1
+            if grant is not None:
+                grant.release()
+            self._traffic.end(model)
+
+
+class _UpstreamResponse(StreamingResponse):
+    """The worker's status, headers and raw (still encoded) body, streamed as they come."""
+
+    def __init__(self, upstream: httpx.Response, on_close: Callable[[], Awaitable[None]]) -> None:
+        body: AsyncIterator[bytes] = upstream.aiter_raw()
+        headers = upstream.headers
+        is_event_stream = headers.get("content-type", "").startswith("text/event-stream")
+        if is_event_stream and "content-encoding" not in headers:
+            body = _sse_with_error_event(body, str(upstream.url))
+        super().__init__(body, status_code=upstream.status_code)
+        self.raw_headers = [
+            (name, value)
+            for name, value in ((k.lower(), v) for k, v in headers.raw)
+            if name not in _HOP_BY_HOP
+        ]
+        # A body of known length is already computed when its headers arrive; one without
+        # (chunked, an event stream) may run for minutes and must stop when the client
+        # leaves. Only the latter pays for Starlette's disconnect watcher (a task group).
+        self._is_open_ended = is_event_stream or "content-length" not in headers
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            if self._is_open_ended:
+                await super().__call__(scope, receive, send)
+            else:
+                await self.stream_response(send)
+        finally:
+            # Not a BackgroundTask: Starlette skips those when the stream fails or the client
+            # leaves, and the connection, the replica's count and the buffer slot must come
+            # back whatever happened. Shielded, since a client that left cancels us.
+            with anyio.CancelScope(shield=True):
+                await self._on_close()
+
+
+async def _client_left(receive: Receive) -> None:
+    """Return when the client disconnects. The body has been read, so ``http.disconnect``
+    is the only message left to come."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _sse_with_error_event(chunks: AsyncIterator[bytes], url: str) -> AsyncIterator[bytes]:
+    """An event stream that ends in an ``error`` event if the worker fails mid-stream: the
+    status line has gone already, and a cut stream looks to SSE clients like a clean end."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except httpx.TransportError as exc:
+        logger.warning("event stream from %s failed: %r", url, exc)
+        error = {"error": f"worker {url} failed mid-stream: {type(exc).__name__}"}
+        yield b"event: error\ndata: " + orjson.dumps(error) + b"\n\n"
+
+
+def _target(scope: Scope) -> str:
+    """The request target as the client sent it: raw path (escapes kept) and query."""
+    raw_path: bytes | None = scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else quote(scope["path"])
+    query: bytes = scope.get("query_string", b"")
+    return f"{path}?{query.decode('latin-1')}" if query else path
+
+
+def _request_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's headers minus hop-by-hop ones, including those named in ``Connection``."""
+    headers = list(raw)
+    skip = _NOT_FORWARDED
+    for name, value in headers:
+        if name == b"connection":
+            skip = skip | {token.strip() for token in value.lower().split(b",")}
+    return [(name, value) for name, value in headers if name not in skip]

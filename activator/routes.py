@@ -1,0 +1,153 @@
+"""The activator's HTTP surface: health, metadata, and the model paths it proxies.
+
+Model requests are routed by name (the path for V2, the body's ``"model"`` for the OpenAI
+paths), refused with 404 for names nobody registered, and otherwise handed to the proxy
+with their body untouched.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from activator.errors import InvalidInputError, ModelNotFoundError, RequestTooLargeError
+from activator.placements import ModelCatalog
+from activator.state import ActivatorState
+
+_EXTENSIONS = (
+    "classification",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+)
+"""Triton's names for the extensions the workers behind the activator offer on model paths
+(the repository extension is the control plane's business, not the public endpoint's)."""
+
+
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+"""Model paths pass every method through (HEAD comes with GET); the worker decides."""
+
+
+def _version() -> str:
+    try:
+        return version("zeroserve")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+def _state(request: Request) -> ActivatorState:
+    # Starlette copies the lifespan's state into every request's scope.
+    state: ActivatorState = request.scope["state"]
+    return state
+
+
+async def live(request: Request) -> Response:
+    return Response(status_code=200)
+
+
+async def ready(request: Request) -> Response:
+    # Triton's "not ready" is 400 with an empty body; the data plane answers the same.
+    state = _state(request)
+    is_ready = state["view"].is_synced and not state["lifecycle"].is_stopping
+    return Response(status_code=200 if is_ready else 400)
+
+
+async def metadata(request: Request) -> Response:
+    body = {"name": "zeroserve", "version": _version(), "extensions": list(_EXTENSIONS)}
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+async def model_ready(request: Request) -> Response:
+    """A registered model is servable through the activator even at zero replicas, so it
+    is ready; answered here, so that readiness polls neither wake nor keep a model warm."""
+    await _require(_state(request)["catalog"], request.path_params["name"])
+    return Response(status_code=200)
+
+
+async def model_request(request: Request) -> Response:
+    """Any other ``/v2/models/{name}[/...]`` path: infer, metadata, config, stats, ..."""
+    state = _state(request)
+    name: str = request.path_params["name"]
+    await _require(state["catalog"], name)
+    body = await _read_body(request, state["settings"].max_request_bytes)
+    return await state["proxy"].forward(name, request.scope, request.receive, body)
+
+
+async def openai_request(request: Request) -> Response:
+    """``/v1/completions`` and ``/v1/chat/completions``: the model is the body's ``"model"``."""
+    state = _state(request)
+    encoding = request.headers.get("content-encoding", "identity")
+    if encoding != "identity":
+        # Routing needs the "model" field; decompressing bodies to find it is not worth it
+        # for a protocol whose clients do not compress requests.
+        raise InvalidInputError(f"Content-Encoding '{encoding}' is not supported on this path")
+    body = await _read_body(request, state["settings"].max_request_bytes)
+    name = _openai_model(body)
+    await _require(state["catalog"], name)
+    return await state["proxy"].forward(name, request.scope, request.receive, body)
+
+
+async def openai_models(request: Request) -> Response:
+    records = await _state(request)["catalog"].list_models()
+    data = [
+        {"id": r.name, "object": "model", "created": int(r.created_at), "owned_by": "zeroserve"}
+        for r in records
+    ]
+    return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+async def _require(catalog: ModelCatalog, name: str) -> None:
+    is_known = catalog.cached(name)
+    if is_known is None:
+        is_known = await catalog.is_registered(name)
+    if not is_known:
+        raise ModelNotFoundError(model=name)
+
+
+async def _read_body(request: Request, max_bytes: int) -> bytes:
+    """The whole body (kept to retry on another replica), refusing one over ``max_bytes``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise RequestTooLargeError(size=int(declared), limit=max_bytes)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise RequestTooLargeError(size=size, limit=max_bytes)
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def _openai_model(body: bytes) -> str:
+    """The ``"model"`` field of an OpenAI request body. The body is decoded only to read it;
+    what goes upstream is the original bytes."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"request body is not valid JSON: {exc}") from None
+    model = document.get("model") if isinstance(document, dict) else None
+    if not isinstance(model, str) or not model:
+        raise InvalidInputError('request body has no "model" string')
+    return model
+
+
+routes: list[BaseRoute] = [
+    Route("/v2", metadata, methods=["GET"]),
+    Route("/v2/health/live", live, methods=["GET"]),
+    Route("/v2/health/ready", ready, methods=["GET"]),
+    Route("/v2/models/{name}/ready", model_ready, methods=["GET"]),
+    Route("/v2/models/{name}/versions/{version}/ready", model_ready, methods=["GET"]),
+    Route("/v2/models/{name}", model_request, methods=_ANY_METHOD),
+    Route("/v2/models/{name}/{rest:path}", model_request, methods=_ANY_METHOD),
+    Route("/v1/models", openai_models, methods=["GET"]),
+    Route("/v1/completions", openai_request, methods=["POST"]),
+    Route("/v1/chat/completions", openai_request, methods=["POST"]),
+]
+"""Matched in order: the local ``ready`` answers come before the catch-all model paths."""

@@ -1,0 +1,70 @@
+"""Running the activator under uvicorn, with readiness failing before connections stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from types import FrameType
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from activator.settings import ActivatorSettings
+from activator.state import Lifecycle
+
+logger = logging.getLogger(__name__)
+
+
+class DrainingServer(uvicorn.Server):
+    """On SIGTERM/SIGINT: fail readiness, wait for it to propagate, then stop accepting.
+
+    uvicorn then waits (bounded by ``exit_timeout_s``) for in-flight requests, buffered
+    ones included, and the app's lifespan fails whatever still waits with a 503.
+    """
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, propagation_s: float):
+        super().__init__(config)
+        self._lifecycle = lifecycle
+        self._propagation_s = propagation_s
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._lifecycle.is_stopping or self._propagation_s <= 0:
+            self._lifecycle.is_stopping = True
+            super().handle_exit(sig, frame)
+            return
+        self._lifecycle.is_stopping = True
+        logger.info("readiness failed; stopping in %.1f s", self._propagation_s)
+        asyncio.get_running_loop().call_later(self._propagation_s, super().handle_exit, sig, frame)
+
+
+def create_server(
+    app: ASGIApp, settings: ActivatorSettings, lifecycle: Lifecycle
+) -> DrainingServer:
+    """A uvicorn server for ``app`` on ``settings.host:settings.port``."""
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        loop="auto",
+        http="auto",
+        lifespan="on",
+        access_log=False,
+        log_config=None,
+        # The workers' Date and Server headers pass through; uvicorn must not add its own.
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=max(int(settings.exit_timeout_s), 1),
+        backlog=2048,
+    )
+    return DrainingServer(config, lifecycle, settings.readiness_propagation_s)
+
+
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (what uvicorn's ``loop="auto"`` picks when
+    it owns the loop; here ``__main__`` owns it, to open the store on it), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # Windows, or a slim install
+        return None
+    return uvloop.new_event_loop

@@ -1,0 +1,75 @@
+"""The activator's settings: one frozen object, loaded once in ``__main__``."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ActivatorSettings(BaseSettings):
+    """How one activator process runs. Environment: ``ZEROSERVE_ACTIVATOR_*``."""
+
+    model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
+
+    host: str = "127.0.0.1"
+    """Address the public HTTP server binds."""
+    port: int = Field(default=8080, ge=0, le=65535)
+    """Port of the public HTTP server; 0 picks a free one."""
+    state_url: str = "memory://"
+    """Where the control plane keeps its state: ``redis://...`` in a cluster."""
+
+    buffer_max_requests: int = Field(default=1000, gt=0)
+    """Requests one model may have waiting for a replica; one more is answered 429."""
+    activation_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a request waits for a replica (and an activation call may take) before 503."""
+    release_concurrency: int = Field(default=8, gt=0)
+    """Buffered requests in flight at once on each replica while the buffer drains."""
+    retry_after_s: int = Field(default=1, ge=0)
+    """``Retry-After`` sent with 429 and 503 answers."""
+    max_request_bytes: int = Field(default=64 * 2**20, gt=0)
+    """Largest request body the activator holds (it keeps bodies to retry and to buffer)."""
+
+    upstream_connect_timeout_s: float = Field(default=5.0, gt=0)
+    """Opening a connection to a worker; past it the replica counts as gone."""
+    upstream_read_timeout_s: float = Field(default=300.0, gt=0)
+    """Waiting for the worker's next bytes (the first included) before 504."""
+    upstream_write_timeout_s: float = Field(default=30.0, gt=0)
+    """Sending one chunk of a request body to the worker."""
+    upstream_pool_timeout_s: float = Field(default=5.0, gt=0)
+    """Waiting for a free connection when ``upstream_max_connections`` are busy, then 503."""
+    upstream_max_connections: int = Field(default=1000, gt=0)
+    """Connections to all workers together."""
+    upstream_max_keepalive_connections: int = Field(default=200, ge=0)
+    """Idle connections kept open for reuse."""
+    upstream_keepalive_expiry_s: float = Field(default=4.0, ge=0)
+    """Idle connections are closed after this long. Keep it below the workers' keep-alive
+    timeout (uvicorn's is 5 s), or a request can race the worker closing the connection and
+    fail after being sent."""
+
+    replica_quarantine_s: float = Field(default=5.0, ge=0)
+    """A replica that refused a connection is left out this long, unless the store removes
+    it first; then it is tried again."""
+    model_cache_ttl_s: float = Field(default=2.0, ge=0)
+    """How long a looked-up model name (known or unknown) is trusted without the store."""
+    model_cache_max_entries: int = Field(default=10_000, gt=0)
+    """Bound on remembered names, so requests for random names cannot grow memory."""
+    startup_sync_timeout_s: float = Field(default=10.0, ge=0)
+    """How long start-up waits for the first list of placements (readiness waits for it
+    regardless); requests that come earlier would wake models that are already up."""
+    resubscribe_delay_s: float = Field(default=1.0, gt=0)
+    """Pause before subscribing to placements again after the subscription failed."""
+    traffic_report_interval_s: float = Field(default=1.0, gt=0)
+    """How often per-model concurrency and last-request time go to the control plane."""
+
+    exit_timeout_s: float = Field(default=30.0, ge=0)
+    """How long in-flight requests may take to finish on shutdown."""
+    readiness_propagation_s: float = Field(default=0.0, ge=0)
+    """Pause between failing readiness and refusing connections on shutdown."""
+
+    @model_validator(mode="after")
+    def _check_bounds(self) -> Self:
+        if self.upstream_max_keepalive_connections > self.upstream_max_connections:
+            raise ValueError("upstream_max_keepalive_connections exceeds upstream_max_connections")
+        return self

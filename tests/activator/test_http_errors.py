@@ -1,0 +1,111 @@
+"""Every activator error maps to one status and the OIP ``{"error": ...}`` body."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from activator import http_errors
+from activator.errors import (
+    ActivationFailedError,
+    ActivationTimeoutError,
+    BufferFullError,
+    InvalidInputError,
+    ModelNotFoundError,
+    RequestTooLargeError,
+    ShuttingDownError,
+    StoreUnavailableError,
+    TooManyRequestsError,
+    UnavailableError,
+    UpstreamBusyError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    ZeroserveError,
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "retry_after", "message"),
+    [
+        pytest.param(InvalidInputError("bad"), 400, None, "bad", id="invalid-input"),
+        pytest.param(
+            RequestTooLargeError(size=11, limit=10),
+            413,
+            None,
+            "request body of 11 bytes exceeds the limit of 10 bytes",
+            id="too-large",
+        ),
+        pytest.param(
+            ModelNotFoundError(model="m"), 404, None, "model 'm' is not registered", id="not-found"
+        ),
+        pytest.param(
+            TooManyRequestsError("slow down", retry_after_s=2), 429, "2", "slow down", id="429"
+        ),
+        pytest.param(
+            BufferFullError(model="m", limit=5, retry_after_s=1),
+            429,
+            "1",
+            "model 'm' is starting and its request buffer is full (5 requests waiting)",
+            id="buffer-full",
+        ),
+        pytest.param(UnavailableError("later", retry_after_s=4), 503, "4", "later", id="503"),
+        pytest.param(
+            ActivationFailedError(model="m", reason="no room", retry_after_s=1),
+            503,
+            "1",
+            "model 'm' could not be activated: no room",
+            id="activation-failed",
+        ),
+        pytest.param(
+            ActivationTimeoutError(model="m", timeout_s=120, retry_after_s=1),
+            503,
+            "1",
+            "model 'm' did not become ready within 120 s",
+            id="activation-timeout",
+        ),
+        pytest.param(
+            UpstreamBusyError(model="m", retry_after_s=1),
+            503,
+            "1",
+            "model 'm': every connection to its workers is busy",
+            id="upstream-busy",
+        ),
+        pytest.param(
+            StoreUnavailableError(model="m", reason="ConnectionError", retry_after_s=1),
+            503,
+            "1",
+            "cannot look up model 'm': state store unavailable (ConnectionError)",
+            id="store-unavailable",
+        ),
+        pytest.param(
+            ShuttingDownError(model="m", retry_after_s=0),
+            503,
+            "0",
+            "model 'm': the activator is shutting down",
+            id="shutting-down",
+        ),
+        pytest.param(
+            UpstreamError(model="m", url="http://w", reason="reset"),
+            502,
+            None,
+            "model 'm': worker http://w failed: reset",
+            id="upstream",
+        ),
+        pytest.param(
+            UpstreamTimeoutError(model="m", url="http://w", timeout_s=1.5),
+            504,
+            None,
+            "model 'm': worker http://w did not answer within 1.5 s",
+            id="upstream-timeout",
+        ),
+        pytest.param(ZeroserveError("odd"), 500, None, "odd", id="unmapped"),
+    ],
+)
+def test_error_mapping(
+    error: ZeroserveError, status: int, retry_after: str | None, message: str
+) -> None:
+    response = http_errors.from_error(error)
+    assert response.status_code == status
+    assert response.headers.get("retry-after") == retry_after
+    assert response.headers["content-type"] == "application/json"
+    assert orjson.loads(bytes(response.body)) == {"error": message}

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from activator.settings import ActivatorSettings
+
+
+def test_defaults() -> None:
+    settings = ActivatorSettings()
+    assert settings.buffer_max_requests == 1000
+    assert settings.activation_timeout_s == 120.0
+    # Idle upstream connections must be dropped before uvicorn workers drop them (5 s).
+    assert settings.upstream_keepalive_expiry_s < 5.0
+
+
+def test_environment_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZEROSERVE_ACTIVATOR_BUFFER_MAX_REQUESTS", "7")
+    monkeypatch.setenv("ZEROSERVE_ACTIVATOR_STATE_URL", "redis://cache:6379/0")
+    settings = ActivatorSettings()
+    assert settings.buffer_max_requests == 7
+    assert settings.state_url == "redis://cache:6379/0"
+
+
+def test_frozen() -> None:
+    settings = ActivatorSettings()
+    with pytest.raises(ValidationError):
+        settings.port = 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        pytest.param({"buffer_max_requests": 0}, id="empty-buffer"),
+        pytest.param({"activation_timeout_s": 0}, id="no-deadline"),
+        pytest.param({"release_concurrency": 0}, id="no-release"),
+        pytest.param({"port": 70000}, id="port"),
+        pytest.param(
+            {"upstream_max_connections": 10, "upstream_max_keepalive_connections": 11},
+            id="keepalive-over-max",
+        ),
+    ],
+)
+def test_invalid_values_are_refused(overrides: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        ActivatorSettings(**overrides)  # type: ignore[arg-type]
