@@ -421,3 +421,19 @@ async def test_models_mixing_bf16_and_bytes_are_refused(tmp_path: Path) -> None:
 
     with pytest.raises(ModelLoadError, match="BF16 and BYTES"):
         await load_runtime(OnnxRuntime, model_dir, config=mc.ModelConfig(name="mixed"))
+
+
+@pytest.mark.parametrize(
+    ("parameter", "expected"),
+    [pytest.param(None, "0", id="default-off"), pytest.param("true", "1", id="opted-in")],
+)
+def test_thread_spinning_is_off_unless_the_model_asks(
+    tmp_path: Path, parameter: str | None, expected: str
+) -> None:
+    config = read_config(write_onnx_mlp(tmp_path, "mlp"))
+    if parameter is not None:
+        config.parameters["allow_spinning"].string_value = parameter
+    runtime = OnnxRuntime(name="mlp", version=1, options=RuntimeOptions())
+    options = runtime._session_options(config)
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == expected

@@ -1,0 +1,102 @@
+"""The engine alone: ``InferenceSession.run`` in a loop, set up exactly as the server sets it up.
+
+The server (``runtimes/onnx.py``) builds its session from a fresh ``ort.SessionOptions`` with
+``intra_op_num_threads`` and ``inter_op_num_threads`` taken from its settings, both 0 (ONNX
+Runtime chooses) unless told otherwise, thread spinning off (its default), on the CPU provider
+only for ``device == "cpu"``, and calls ``session.run(output_names, feeds)``. The baseline does
+the same, in this process.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+
+from bench.machine import busy_cpu_seconds
+from bench.models import INPUT_NAME, OUTPUT_NAME
+
+PROVIDERS: Final = ["CPUExecutionProvider"]
+INTRA_OP_THREADS: Final = 0
+"""What the server passes by default (``DataPlaneSettings.intra_op_threads``)."""
+INTER_OP_THREADS: Final = 0
+"""What the server passes by default (``DataPlaneSettings.inter_op_threads``)."""
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """One timed loop of ``run`` calls at a fixed batch size."""
+
+    batch: int
+    calls: int
+    duration_s: float
+    throughput: float
+    """Rows (inferences) per second."""
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    cpu_cores: float
+    """CPU time this process used over the loop, per wall-clock second."""
+    other_cpu_cores: float
+    """CPU the rest of the machine used meanwhile (other processes: noise), in cores."""
+
+
+class Engine:
+    """One ONNX Runtime session on a generated model."""
+
+    def __init__(self, model_path: Path, *, intra_op_threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = (
+            INTRA_OP_THREADS if intra_op_threads is None else intra_op_threads
+        )
+        options.inter_op_num_threads = INTER_OP_THREADS
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        self._session: Any = ort.InferenceSession(
+            str(model_path), sess_options=options, providers=PROVIDERS
+        )
+
+    def run(self, rows: np.ndarray) -> np.ndarray:
+        """One call, as the server makes it."""
+        outputs = self._session.run([OUTPUT_NAME], {INPUT_NAME: rows})
+        return np.asarray(outputs[0])
+
+    def measure(self, rows: np.ndarray, *, duration_s: float, warmup_s: float) -> EngineResult:
+        """Call :meth:`run` on ``rows`` for ``warmup_s`` untimed, then ``duration_s`` timed."""
+        deadline = time.perf_counter() + warmup_s
+        while time.perf_counter() < deadline:
+            self.run(rows)
+        latencies_ns: list[int] = []
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        busy_s = busy_cpu_seconds()
+        started = time.perf_counter_ns()
+        deadline_ns = started + int(duration_s * 1e9)
+        now = started
+        while now < deadline_ns:
+            self.run(rows)
+            after = time.perf_counter_ns()
+            latencies_ns.append(after - now)
+            now = after
+        elapsed_s = (now - started) / 1e9
+        busy_s = busy_cpu_seconds() - busy_s
+        end_usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu_s = (end_usage.ru_utime - usage.ru_utime) + (end_usage.ru_stime - usage.ru_stime)
+        p50, p90, p99 = np.percentile(np.asarray(latencies_ns, dtype=np.float64), [50, 90, 99])
+        batch = int(rows.shape[0])
+        return EngineResult(
+            batch=batch,
+            calls=len(latencies_ns),
+            duration_s=elapsed_s,
+            throughput=batch * len(latencies_ns) / elapsed_s,
+            p50_ms=float(p50) / 1e6,
+            p90_ms=float(p90) / 1e6,
+            p99_ms=float(p99) / 1e6,
+            cpu_cores=cpu_s / elapsed_s,
+            other_cpu_cores=max(busy_s - cpu_s, 0.0) / elapsed_s,
+        )
