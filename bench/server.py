@@ -1,0 +1,210 @@
+"""The server under test: ``python -m data_plane`` as a subprocess on a free loopback port.
+
+:class:`ServerProcess` is a context manager: leaving it (normally or by an exception) sends
+SIGTERM, waits for the graceful shutdown, and kills the process if it overstays. The small
+HTTP helpers here (readiness, stats, one verified request) use ``http.client``; they are not
+on the timed path.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+import numpy as np
+
+from bench.models import OUTPUT_NAME, RequestBody
+
+HOST: Final = "127.0.0.1"
+REPO_ROOT: Final = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now (the server binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def server_command(
+    repository: Path, port: int, models: Sequence[str], *, python_args: Sequence[str] = ()
+) -> list[str]:
+    """``python [python_args] -m data_plane ...`` loading ``models`` in explicit mode."""
+    command = [sys.executable, *python_args, "-m", "data_plane"]
+    command += ["--model-repository", str(repository), "--http-port", str(port)]
+    command += ["--model-control-mode", "explicit", "--log-level", "warning"]
+    for model in models:
+        command += ["--load-model", model]
+    return command
+
+
+class ServerProcess:
+    """Runs ``command`` (a server on ``port``), waits until ready, stops it on exit."""
+
+    def __init__(
+        self,
+        command: list[str],
+        port: int,
+        log_path: Path,
+        *,
+        start_timeout_s: float = 180.0,
+        stop_timeout_s: float = 30.0,
+        pin_cpus: str | None = None,
+        stop_signal: signal.Signals = signal.SIGTERM,
+    ) -> None:
+        self.command = ["taskset", "-c", pin_cpus, *command] if pin_cpus else command
+        self.port = port
+        self._log_path = log_path
+        self._start_timeout_s = start_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._stop_signal = stop_signal
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("server not started")
+        return self._process.pid
+
+    def __enter__(self) -> Self:
+        with self._log_path.open("wb") as log:
+            self._process = subprocess.Popen(
+                self.command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> int | None:
+        """The stop signal, a wait for the drain, then SIGKILL; returns the exit status."""
+        process = self._process
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(self._stop_signal)
+            try:
+                process.wait(timeout=self._stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        return process.returncode
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self._log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the server process (all its threads) has used so far."""
+        with open(f"/proc/{self.pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        # Fields 14 and 15 of proc(5) (utime, stime) sit at 11 and 12 after the comm field.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _wait_ready(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self._start_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with status {self._process.returncode} before it was "
+                    f"ready:\n{self.log_tail()}"
+                )
+            try:
+                status, _, _ = request(self.port, "GET", "/v2/health/ready", timeout_s=2.0)
+            except OSError:
+                status = 0
+            if status == 200:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(
+            f"server not ready after {self._start_timeout_s:.0f} s:\n{self.log_tail()}"
+        )
+
+
+def request(
+    port: int,
+    method: str,
+    path: str,
+    *,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request on a fresh connection: status, lower-cased headers, body."""
+    connection = http.client.HTTPConnection(HOST, port, timeout=timeout_s)
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        payload = response.read()
+        answer_headers = {k.lower(): v for k, v in response.getheaders()}
+        return response.status, answer_headers, payload
+    finally:
+        connection.close()
+
+
+@dataclass(frozen=True)
+class ModelCounts:
+    """Triton statistics counters of one model."""
+
+    inference_count: int
+    execution_count: int
+
+
+def model_counts(port: int, model: str) -> ModelCounts:
+    """``GET /v2/models/{model}/stats``: inferences (rows) and executions (batches) so far."""
+    status, _, payload = request(port, "GET", f"/v2/models/{model}/stats")
+    if status != 200:
+        raise RuntimeError(f"stats of {model} answered {status}: {payload[:200]!r}")
+    stats = json.loads(payload)["model_stats"][0]
+    return ModelCounts(int(stats["inference_count"]), int(stats["execution_count"]))
+
+
+def infer_once(port: int, model: str, body: RequestBody) -> np.ndarray:
+    """Post ``body`` once and decode ``OUTPUT0``; raises unless the answer is a 200."""
+    headers = {"Content-Type": body.content_type}
+    if body.header_length is not None:
+        headers["Inference-Header-Content-Length"] = str(body.header_length)
+    status, answer_headers, payload = request(
+        port, "POST", f"/v2/models/{model}/infer", body=body.body, headers=headers
+    )
+    if status != 200:
+        raise RuntimeError(f"{body.encoding} infer on {model} answered {status}: {payload[:300]!r}")
+    header_length = answer_headers.get("inference-header-content-length")
+    split = int(header_length) if header_length is not None else len(payload)
+    document: dict[str, Any] = json.loads(payload[:split])
+    output = next(o for o in document["outputs"] if o["name"] == OUTPUT_NAME)
+    if output["datatype"] != "FP32":
+        raise RuntimeError(f"{OUTPUT_NAME} of {model} is {output['datatype']}, not FP32")
+    shape = tuple(int(d) for d in output["shape"])
+    size = output.get("parameters", {}).get("binary_data_size")
+    if size is None:
+        return np.asarray(output["data"], dtype=np.float32).reshape(shape)
+    if header_length is None:
+        raise RuntimeError("binary output without Inference-Header-Content-Length")
+    raw = payload[split : split + int(size)]
+    return np.frombuffer(raw, dtype="<f4").reshape(shape)
