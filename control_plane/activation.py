@@ -1,0 +1,321 @@
+"""Bringing models up: the activation orchestrator and its cold-start timelines.
+
+An activation is asked for by the activator in this process (an ``activate(model)`` call), by
+an activator elsewhere (``store.subscribe_activation_requests()``), by the admin API (``load``)
+or by the autoscaler (more replicas). Requests for one model are de-duplicated: while an
+activation of the model is under way, every further request joins it. Each activation runs as
+its own named task with a deadline (``activation_timeout_s``), so a caller that gives up does
+not cancel it for the others.
+
+Every activation leaves a timeline in the store (the newest ``activations_kept`` per model)::
+
+    {"id", "model", "generation", "trigger", "outcome": "ready" | "revived" | "failed",
+     "error", "queued_at" (wall clock), "worker": {"id", "url", "started"},
+     "cache": "hit" | "miss" | "unknown", "bytes_fetched",
+     "phases": [{"phase": "queued" | "worker_ready" | "fetched" | "engine_built" | "ready",
+                 "at_s": seconds since queued}, ...],
+     "durations_s": {"worker", "fetch", "engine", "load", "total"}}
+
+``fetched`` (and the fetch/engine split) appear only when the worker's cache counters moved
+during the load; see ``worker_client``. The time to the first response is the activator's to
+see and is not recorded here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from control_plane.errors import ActivationTimeoutError, ModelNotFoundError, ZeroserveError
+from control_plane.metrics import ControlPlaneMetrics
+from control_plane.placer import PlaceResult
+from control_plane.records import ModelRecord, Placement
+from control_plane.settings import ControlPlaneSettings
+from control_plane.store.base import StateStore
+
+__all__ = ["Acting", "Orchestrator", "ReplicaPlacer"]
+
+logger = logging.getLogger(__name__)
+
+_ACTING_POLL_S = 0.2
+"""How often a replica that does not act checks whether it does now."""
+
+
+class ReplicaPlacer(Protocol):
+    """What the orchestrator needs of the placer."""
+
+    async def place(self, model: ModelRecord) -> PlaceResult: ...
+
+
+class Acting(Protocol):
+    """Whether this control-plane replica acts now (holds the lease)."""
+
+    @property
+    def is_acting(self) -> bool: ...
+
+
+class Orchestrator:
+    """De-duplicated, deadline-bound activations, each recorded as a timeline.
+
+    Parameters:
+        store: model records in; placements (via the placer) and timelines out.
+        placer: puts replicas on workers.
+        settings: ``activation_timeout_s``, ``activations_kept``, ``store_retry_s``.
+        metrics: ``zeroserve_activation_duration_seconds`` and friends.
+        acting: requests from the store are served only while this is true.
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        placer: ReplicaPlacer,
+        settings: ControlPlaneSettings,
+        metrics: ControlPlaneMetrics,
+        acting: Acting,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._placer = placer
+        self._settings = settings
+        self._metrics = metrics
+        self._acting = acting
+        self._clock = clock
+        self._wall = wall
+        self._running: dict[str, set[asyncio.Task[Placement]]] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        self._blocked: set[str] = set()
+
+    # ---- asking ----
+
+    async def __call__(self, model: str) -> None:
+        """The activator's ``Activate``: bring ``model`` up; returns once it is placed."""
+        await self.activate(model, trigger="request")
+
+    async def activate(self, model: str, *, trigger: str = "request") -> Placement:
+        """A placement of ``model``: an existing one, the one being made, or a new one.
+
+        Raises ``ModelNotFoundError``, ``ActivationTimeoutError`` and the placer's errors.
+        """
+        if model in self._blocked:
+            raise ModelNotFoundError(model=model)
+        existing = await self._store.list_placements(model)
+        if existing:
+            return existing[0]
+        running = self._running.get(model)
+        task = next(iter(running)) if running else self._start(model, trigger)
+        # shield: a caller that gives up (its request timed out) leaves the activation to
+        # the others waiting on it.
+        return await asyncio.shield(task)
+
+    def add_replicas(self, model: str, count: int, *, trigger: str = "autoscaler") -> None:
+        """Start ``count`` more replicas of ``model`` without waiting for them."""
+        if model in self._blocked:
+            return
+        for _ in range(count):
+            task = self._start(model, trigger)
+            task.add_done_callback(_log_failure)
+
+    def request(self, model: str, *, trigger: str = "request") -> None:
+        """``activate`` without waiting (for requests that arrive through the store)."""
+        task = asyncio.create_task(self._request(model, trigger), name=f"request-{model}")
+        self._keep(task)
+
+    def pending(self, model: str) -> int:
+        """Activations of ``model`` under way."""
+        return len(self._running.get(model, ()))
+
+    def is_activating(self, model: str) -> bool:
+        return bool(self._running.get(model))
+
+    async def settle(self, model: str) -> None:
+        """Wait for the activations of ``model`` under way to end, however they end."""
+        tasks = list(self._running.get(model, ()))
+        if tasks:
+            await asyncio.wait(tasks)
+
+    def block(self, model: str) -> None:
+        """Refuse activations of ``model`` (it is being deleted) until ``unblock``."""
+        self._blocked.add(model)
+
+    def unblock(self, model: str) -> None:
+        self._blocked.discard(model)
+
+    # ---- serving the store's requests ----
+
+    async def run(self) -> None:
+        """Serve activation requests published in the store while acting; runs until
+        cancelled.
+
+        The subscription is held only while this replica acts. A request seen while not
+        acting ends it; subscribing again once acting replays every request still pending,
+        so one made during a failover waits for the new acting replica, not for its pending
+        period to lapse.
+        """
+        while True:
+            if not self._acting.is_acting:
+                await asyncio.sleep(_ACTING_POLL_S)
+                continue
+            requests = self._store.subscribe_activation_requests()
+            try:
+                async for model in requests:
+                    if not self._acting.is_acting:
+                        break
+                    self.request(model)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("activation-request subscription failed: %s; resubscribing", exc)
+                await asyncio.sleep(self._settings.store_retry_s)
+            finally:
+                aclose = getattr(requests, "aclose", None)
+                if aclose is not None:
+                    with contextlib.suppress(Exception):
+                        await aclose()
+
+    async def close(self) -> None:
+        """Cancel every activation under way."""
+        tasks = [t for ts in self._running.values() for t in ts] + list(self._background)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # ---- running one ----
+
+    def _start(self, model: str, trigger: str) -> asyncio.Task[Placement]:
+        task = asyncio.create_task(self._activate(model, trigger), name=f"activate-{model}")
+        self._running.setdefault(model, set()).add(task)
+
+        def done(finished: asyncio.Task[Placement]) -> None:
+            running = self._running.get(model)
+            if running is not None:
+                running.discard(finished)
+                if not running:
+                    del self._running[model]
+
+        task.add_done_callback(done)
+        return task
+
+    async def _request(self, model: str, trigger: str) -> None:
+        try:
+            await self.activate(model, trigger=trigger)
+        except ZeroserveError as exc:
+            logger.warning("activation of %s failed: %s", model, exc.message)
+
+    async def _activate(self, model: str, trigger: str) -> Placement:
+        queued = self._clock()
+        timeline: dict[str, Any] = {
+            "id": secrets.token_hex(6),
+            "model": model,
+            "generation": None,
+            "trigger": trigger,
+            "outcome": "failed",
+            "error": None,
+            "queued_at": self._wall(),
+            "worker": None,
+            "cache": "unknown",
+            "bytes_fetched": None,
+            "phases": [{"phase": "queued", "at_s": 0.0}],
+            "durations_s": {},
+        }
+        logger.info("activating %s (%s)", model, trigger, extra={"model": model})
+        try:
+            record = await self._store.get_model(model)
+            if record is None:
+                raise ModelNotFoundError(model=model)
+            timeline["generation"] = record.generation
+            try:
+                async with asyncio.timeout(self._settings.activation_timeout_s):
+                    result = await self._placer.place(record)
+            except TimeoutError:
+                raise ActivationTimeoutError(
+                    model=model, timeout_s=self._settings.activation_timeout_s
+                ) from None
+        except Exception as exc:
+            message = exc.message if isinstance(exc, ZeroserveError) else repr(exc)
+            timeline["error"] = message
+            timeline["durations_s"] = {"total": round(self._clock() - queued, 6)}
+            self._metrics.activations.labels("failed", trigger).inc()
+            await self._record(model, timeline)
+            logger.warning("activation of %s failed: %s", model, message, extra={"model": model})
+            raise
+        ready = self._clock()
+        self._fill(timeline, result, queued, ready)
+        await self._record(model, timeline)
+        logger.info(
+            "%s ready on %s in %.3f s (%s)",
+            model,
+            result.worker.id,
+            ready - queued,
+            timeline["outcome"],
+            extra={"model": model, "worker": result.worker.id},
+        )
+        return result.placement
+
+    def _fill(
+        self, timeline: dict[str, Any], result: PlaceResult, queued: float, ready: float
+    ) -> None:
+        worker_s = result.worker_ready_at - queued
+        load_s = result.loaded_at - result.worker_ready_at
+        phases = timeline["phases"]
+        phases.append({"phase": "worker_ready", "at_s": round(worker_s, 6)})
+        durations: dict[str, float | None] = {"worker": round(worker_s, 6)}
+        report = result.load
+        cache = "unknown"
+        if report is not None:
+            cache = report.cache
+            timeline["bytes_fetched"] = report.bytes_fetched
+            if report.fetch_s is not None:
+                fetch_s = min(report.fetch_s, load_s)
+                phases.append({"phase": "fetched", "at_s": round(worker_s + fetch_s, 6)})
+                durations["fetch"] = round(fetch_s, 6)
+                durations["engine"] = round(load_s - fetch_s, 6)
+            if report.bytes_fetched:
+                self._metrics.activation_bytes.inc(report.bytes_fetched)
+        phases.append({"phase": "engine_built", "at_s": round(result.loaded_at - queued, 6)})
+        phases.append({"phase": "ready", "at_s": round(ready - queued, 6)})
+        durations["load"] = round(load_s, 6)
+        durations["total"] = round(ready - queued, 6)
+        timeline.update(
+            outcome="revived" if result.is_revived else "ready",
+            cache=cache,
+            worker={
+                "id": result.worker.id,
+                "url": result.worker.url,
+                "started": result.is_worker_started,
+            },
+            durations_s=durations,
+        )
+        if result.evicted:
+            timeline["evicted"] = list(result.evicted)
+        if result.is_worker_started:
+            self._metrics.worker_starts.inc()
+        self._metrics.activations.labels(timeline["outcome"], timeline["trigger"]).inc()
+        for phase, seconds in durations.items():
+            if seconds is not None:
+                self._metrics.activation_duration.labels(phase, cache).observe(seconds)
+
+    async def _record(self, model: str, timeline: dict[str, Any]) -> None:
+        try:
+            await self._store.add_activation(model, timeline, keep=self._settings.activations_kept)
+        except Exception as exc:
+            # The activation itself stands; only its record is lost.
+            logger.warning("could not record the activation of %s: %s", model, exc)
+
+    def _keep(self, task: asyncio.Task[Any]) -> None:
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _log_failure(task: asyncio.Task[Placement]) -> None:
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None and not isinstance(exc, ZeroserveError):
+        logger.error("replica activation failed", exc_info=exc)

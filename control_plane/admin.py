@@ -1,0 +1,268 @@
+"""What the admin API does, free of HTTP: register, change, list, delete, load and unload.
+
+The routes parse and validate requests into ``api.schemas`` models and call these methods;
+everything here raises ``control_plane.errors`` only. Reads work on every control-plane
+replica; acts on workers (load, unload, delete, reload) need the lease. A ``load`` on a
+replica that does not act is passed to the acting one through the store and answered as
+accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from control_plane.api import schemas
+from control_plane.backends.base import PodBackend
+from control_plane.errors import ModelExistsError, ModelNotFoundError, NotActingError
+from control_plane.records import ModelRecord, Placement, ResourceSpec, ScalingSpec
+from control_plane.store.base import StateStore, StoreConflictError
+
+__all__ = ["Acting", "ActivationControl", "AdminService", "ReplicaControl"]
+
+logger = logging.getLogger(__name__)
+
+_RELOAD_FIELDS = ("storage_uri", "platform", "backend", "config", "resources")
+
+
+class ActivationControl(Protocol):
+    """What the admin service needs of the orchestrator."""
+
+    async def activate(self, model: str, *, trigger: str = ...) -> Placement: ...
+
+    def is_activating(self, model: str) -> bool: ...
+
+    async def settle(self, model: str) -> None: ...
+
+    def block(self, model: str) -> None: ...
+
+    def unblock(self, model: str) -> None: ...
+
+
+class ReplicaControl(Protocol):
+    """What the admin service needs of the placer."""
+
+    async def retire(self, model: str, worker_id: str, *, reason: str) -> None: ...
+
+    def is_retiring(self, model: str) -> bool: ...
+
+    async def reload(self, model: ModelRecord) -> None: ...
+
+
+class Acting(Protocol):
+    @property
+    def is_acting(self) -> bool: ...
+
+
+class AdminService:
+    """The admin API's operations over the store, the orchestrator and the placer."""
+
+    def __init__(
+        self,
+        store: StateStore,
+        activations: ActivationControl,
+        replicas: ReplicaControl,
+        backend: PodBackend,
+        acting: Acting,
+        *,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._activations = activations
+        self._replicas = replicas
+        self._backend = backend
+        self._acting = acting
+        self._wall = wall
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ---- models ----
+
+    async def register(self, body: schemas.ModelCreate) -> schemas.ModelView:
+        record = ModelRecord(
+            name=body.name,
+            storage_uri=body.storage_uri,
+            backend=body.backend,
+            platform=body.platform,
+            config=body.config,
+            scaling=ScalingSpec(**body.scaling.model_dump()),
+            resources=ResourceSpec(**body.resources.model_dump()),
+            generation=1,
+            created_at=self._wall(),
+        )
+        try:
+            await self._store.create_model(record)
+        except StoreConflictError:
+            raise ModelExistsError(model=body.name) from None
+        logger.info("registered %s from %s", record.name, record.storage_uri)
+        return await self._view(record)
+
+    async def list_models(self) -> schemas.ModelList:
+        records = await self._store.list_models()
+        return schemas.ModelList(models=[await self._view(r) for r in records])
+
+    async def get(self, name: str) -> schemas.ModelView:
+        return await self._view(await self._record(name))
+
+    async def update(self, name: str, patch: schemas.ModelPatch) -> schemas.ModelView:
+        """Apply ``patch``; raises ``SchemaValidationError`` when the merged scaling is bad."""
+        record = await self._record(name)
+        scaling = schemas.merge_scaling(dataclasses.asdict(record.scaling), patch.scaling)
+        changes: dict[str, Any] = {}
+        for field in ("storage_uri", "platform", "backend"):
+            value = getattr(patch, field)
+            if value is not None and value != getattr(record, field):
+                changes[field] = value
+        if "config" in patch.model_fields_set and patch.config != record.config:
+            changes["config"] = patch.config
+        if scaling is not None and scaling.model_dump() != dataclasses.asdict(record.scaling):
+            changes["scaling"] = ScalingSpec(**scaling.model_dump())
+        if patch.resources is not None:
+            merged = {
+                **dataclasses.asdict(record.resources),
+                **patch.resources.model_dump(exclude_none=True),
+            }
+            resources = ResourceSpec(**merged)
+            if resources != record.resources:
+                changes["resources"] = resources
+        if not changes:
+            return await self._view(record)
+        updated = dataclasses.replace(record, generation=record.generation + 1, **changes)
+        try:
+            await self._store.update_model(updated)
+        except StoreConflictError:
+            raise ModelNotFoundError(model=name) from None
+        logger.info("updated %s: %s", name, ", ".join(sorted(changes)))
+        if any(f in changes for f in _RELOAD_FIELDS) and self._acting.is_acting:
+            task = asyncio.create_task(self._reload(updated), name=f"reload-{name}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await self._view(updated)
+
+    async def delete(self, name: str) -> None:
+        """Unload every replica, then forget the model."""
+        await self._record(name)
+        self._require_acting()
+        self._activations.block(name)
+        try:
+            await self._activations.settle(name)
+            await self._retire_all(name, reason="deleted")
+            if not await self._store.delete_model(name):
+                raise ModelNotFoundError(model=name)
+        finally:
+            self._activations.unblock(name)
+        logger.info("deleted %s", name)
+
+    async def load(self, name: str) -> tuple[schemas.ModelView, bool]:
+        """Bring the model up; (view, True) once loaded, (view, False) when passed on."""
+        await self._record(name)
+        if not self._acting.is_acting:
+            await self._store.request_activation(name)
+            return await self.get(name), False
+        await self._activations.activate(name, trigger="admin")
+        return await self.get(name), True
+
+    async def unload(self, name: str) -> schemas.ModelView:
+        """Take every replica away (models with min_replicas > 0 come back by the autoscaler)."""
+        await self._record(name)
+        self._require_acting()
+        await self._activations.settle(name)
+        await self._retire_all(name, reason="admin")
+        return await self.get(name)
+
+    async def activations(self, name: str) -> schemas.Activations:
+        await self._record(name)
+        return schemas.Activations(model=name, activations=await self._store.list_activations(name))
+
+    # ---- workers ----
+
+    async def workers(self) -> schemas.WorkerList:
+        placements = await self._store.list_placements()
+        views = []
+        for worker in await self._store.list_workers():
+            views.append(
+                schemas.WorkerView(
+                    id=worker.id,
+                    url=worker.url,
+                    pool=worker.pool,
+                    device=worker.device,
+                    memory_bytes=worker.memory_bytes,
+                    state=str(worker.state),
+                    started_at=worker.started_at,
+                    models=sorted(p.model for p in placements if p.worker_id == worker.id),
+                    details=dict(self._backend.details(worker.id)),
+                )
+            )
+        return schemas.WorkerList(workers=views)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ---- helpers ----
+
+    async def _record(self, name: str) -> ModelRecord:
+        record = await self._store.get_model(name)
+        if record is None:
+            raise ModelNotFoundError(model=name)
+        return record
+
+    def _require_acting(self) -> None:
+        if not self._acting.is_acting:
+            raise NotActingError()
+
+    async def _retire_all(self, name: str, *, reason: str) -> None:
+        placements = await self._store.list_placements(name)
+        await asyncio.gather(
+            *(self._replicas.retire(name, p.worker_id, reason=reason) for p in placements)
+        )
+
+    async def _reload(self, record: ModelRecord) -> None:
+        try:
+            await self._replicas.reload(record)
+        except Exception as exc:
+            logger.warning("reloading %s after an update failed: %s", record.name, exc)
+
+    async def _view(self, record: ModelRecord) -> schemas.ModelView:
+        placements = await self._store.list_placements(record.name)
+        reports = await self._store.traffic(record.name)
+        timelines = await self._store.list_activations(record.name)
+        last = timelines[0] if timelines else None
+        state: schemas.ModelState
+        if placements:
+            state = "ready"
+        elif self._activations.is_activating(record.name):
+            state = "loading"
+        elif self._replicas.is_retiring(record.name):
+            state = "unloading"
+        elif last is not None and last.get("outcome") == "failed":
+            state = "failed"
+        else:
+            state = "scaled_to_zero"
+        return schemas.ModelView(
+            name=record.name,
+            storage_uri=record.storage_uri,
+            platform=record.platform,
+            backend=record.backend,
+            config=record.config,
+            scaling=schemas.ScalingSpec(**dataclasses.asdict(record.scaling)),
+            resources=schemas.ResourceSpec.model_validate(dataclasses.asdict(record.resources)),
+            generation=record.generation,
+            created_at=record.created_at,
+            status=schemas.ModelStatus(
+                state=state,
+                replicas=[
+                    schemas.Replica(
+                        worker_id=p.worker_id, url=p.url, generation=p.generation, since=p.since
+                    )
+                    for p in placements
+                ],
+                in_flight=sum(r.in_flight for r in reports),
+                last_request_at=max((r.last_request_at for r in reports), default=None),
+                last_activation=last,
+            ),
+        )

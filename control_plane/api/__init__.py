@@ -1,0 +1,1 @@
+"""The admin REST API: bearer-token auth, pydantic schemas, routes over ``AdminService``."""

@@ -1,0 +1,96 @@
+"""The admin API's ASGI application factory."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol, TypedDict
+
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+
+from control_plane.admin import AdminService
+from control_plane.api import http_errors, routes
+from control_plane.api.auth import BearerAuth
+from control_plane.api.openapi import openapi_document
+from control_plane.errors import ConflictError, UnavailableError, ZeroserveError
+from control_plane.store.base import StoreConflictError
+from control_plane.store.errors import StoreUnavailableError
+
+__all__ = ["Acting", "AdminState", "OPENAPI_PATH", "create_app"]
+
+OPENAPI_PATH = "/admin/v1/openapi.json"
+
+
+class Acting(Protocol):
+    @property
+    def is_acting(self) -> bool: ...
+
+
+class AdminState(TypedDict):
+    """What the lifespan hands to every request (``request.state.<key>``)."""
+
+    service: AdminService
+    registry: CollectorRegistry
+    acting: Acting
+    allowed_storage: tuple[str, ...]
+    openapi: dict[str, object]
+
+
+async def _store_unavailable(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StoreUnavailableError)
+    error = UnavailableError(f"the state store is unavailable: {exc.reason}")
+    return await http_errors.handle_zeroserve_error(request, error)
+
+
+async def _store_conflict(request: Request, exc: Exception) -> Response:
+    return http_errors.from_error(ConflictError(str(exc)))
+
+
+def create_app(
+    service: AdminService,
+    *,
+    token: str,
+    registry: CollectorRegistry,
+    acting: Acting,
+    allowed_storage: Sequence[str],
+) -> Starlette:
+    """The admin app over ``service``; every ``/admin/v1`` path but the OpenAPI document
+    needs ``Authorization: Bearer <token>``. ``/metrics`` and ``/healthz`` are open (the
+    admin port binds to loopback unless told otherwise)."""
+    document = openapi_document()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[AdminState]:
+        try:
+            yield AdminState(
+                service=service,
+                registry=registry,
+                acting=acting,
+                allowed_storage=tuple(allowed_storage),
+                openapi=document,
+            )
+        finally:
+            await service.close()
+
+    # Only one middleware: authentication, outermost, so that nothing runs for a request
+    # without the token (not even body parsing).
+    middleware = [
+        Middleware(BearerAuth, token=token, public_paths=frozenset({OPENAPI_PATH})),
+    ]
+    return Starlette(
+        routes=routes.routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={
+            ZeroserveError: http_errors.handle_zeroserve_error,
+            StoreUnavailableError: _store_unavailable,
+            StoreConflictError: _store_conflict,
+            HTTPException: http_errors.handle_http_exception,
+            Exception: http_errors.handle_unexpected,
+        },
+    )

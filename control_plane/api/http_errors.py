@@ -1,0 +1,104 @@
+"""The one place where control-plane errors become HTTP responses (STYLE C10).
+
+Bodies are the OIP error shape ``{"error": "..."}``; a schema error adds ``"fields"``, the
+dotted paths of the fields at fault. Unknown exceptions answer 500 with a generic message and
+leave the traceback to the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from control_plane.errors import (
+    ConflictError,
+    InvalidInputError,
+    ModelNotFoundError,
+    SchemaValidationError,
+    UnauthorizedError,
+    UnavailableError,
+    UpstreamError,
+    ZeroserveError,
+)
+
+__all__ = [
+    "STATUS",
+    "error_response",
+    "from_error",
+    "handle_http_exception",
+    "handle_unexpected",
+    "handle_zeroserve_error",
+    "status_for",
+]
+
+logger = logging.getLogger(__name__)
+
+STATUS: dict[type[ZeroserveError], int] = {
+    InvalidInputError: 400,
+    SchemaValidationError: 422,
+    UnauthorizedError: 401,
+    ModelNotFoundError: 404,
+    ConflictError: 409,
+    UnavailableError: 503,
+    UpstreamError: 502,
+}
+"""Error class -> status; a subclass takes the status of its nearest mapped ancestor."""
+
+
+def status_for(error: ZeroserveError) -> int:
+    """The HTTP status of ``error``: the first class in its MRO with a mapping."""
+    for cls in type(error).__mro__:
+        status = STATUS.get(cls)
+        if status is not None:
+            return status
+    return 500
+
+
+def error_response(
+    message: str,
+    status: int,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Response:
+    """``{"error": message, **extra}`` as application/json."""
+    return Response(
+        orjson.dumps({"error": message, **(extra or {})}),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+def from_error(error: ZeroserveError) -> Response:
+    headers: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    if isinstance(error, UnavailableError):
+        headers["Retry-After"] = str(error.retry_after_s)
+    if isinstance(error, UnauthorizedError):
+        headers["WWW-Authenticate"] = 'Bearer realm="zeroserve-admin"'
+    if isinstance(error, SchemaValidationError):
+        extra["fields"] = list(error.fields)
+    return error_response(error.message, status_for(error), headers, extra)
+
+
+async def handle_zeroserve_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ZeroserveError)
+    if status_for(exc) >= 500:
+        logger.warning("%s %s: %s", request.method, request.url.path, exc.message)
+    return from_error(exc)
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    text = {404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, exc.detail)
+    return error_response(text, exc.status_code, dict(exc.headers or {}))
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response("internal server error", 500)

@@ -1,0 +1,149 @@
+"""The admin API's OpenAPI 3.1 document, generated from the pydantic schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from control_plane.api import schemas
+
+__all__ = ["openapi_document"]
+
+_REF = "#/components/schemas/{model}"
+
+_ERRORS = {
+    "400": "Malformed JSON",
+    "401": "Missing or wrong admin token",
+    "404": "No such model",
+    "409": "The model exists already",
+    "422": "A field fails validation; `fields` names it",
+    "502": "A worker failed the load",
+    "503": "Not possible now (no capacity, not acting, timeout); see Retry-After",
+}
+
+
+def _ref(model: type[BaseModel]) -> dict[str, Any]:
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(model)}}}
+
+
+def _operation(
+    summary: str,
+    responses: dict[str, dict[str, Any]],
+    *,
+    body: type[BaseModel] | None = None,
+    errors: tuple[str, ...] = ("401",),
+    name_param: bool = False,
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": summary, "responses": dict(responses)}
+    for status in errors:
+        operation["responses"][status] = _json(schemas.ErrorBody, _ERRORS[status])
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _ref(body)}},
+        }
+    if name_param:
+        operation["parameters"] = [
+            {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+        ]
+    return operation
+
+
+def openapi_document() -> dict[str, Any]:
+    """The document served at ``/admin/v1/openapi.json``."""
+    _, defs = models_json_schema(
+        [
+            (schemas.ModelCreate, "validation"),
+            (schemas.ModelPatch, "validation"),
+            (schemas.ModelView, "serialization"),
+            (schemas.ModelList, "serialization"),
+            (schemas.Activations, "serialization"),
+            (schemas.WorkerList, "serialization"),
+            (schemas.ErrorBody, "serialization"),
+        ],
+        ref_template=_REF,
+    )
+    view = _json(schemas.ModelView, "The model and its status")
+    item = ("401", "404")
+    acting = ("401", "404", "503")
+    paths: dict[str, Any] = {
+        "/admin/v1/models": {
+            "get": _operation(
+                "List registered models", {"200": _json(schemas.ModelList, "Every model")}
+            ),
+            "post": _operation(
+                "Register a model",
+                {"201": _json(schemas.ModelView, "Registered")},
+                body=schemas.ModelCreate,
+                errors=("400", "401", "409", "422"),
+            ),
+        },
+        "/admin/v1/models/{name}": {
+            "get": _operation(
+                "A model and its status", {"200": view}, errors=item, name_param=True
+            ),
+            "patch": _operation(
+                "Change a model (a storage or config change reloads its replicas)",
+                {"200": view},
+                body=schemas.ModelPatch,
+                errors=("400", "401", "404", "422"),
+                name_param=True,
+            ),
+            "delete": _operation(
+                "Unload a model everywhere and forget it",
+                {"204": {"description": "Deleted"}},
+                errors=acting,
+                name_param=True,
+            ),
+        },
+        "/admin/v1/models/{name}/load": {
+            "post": _operation(
+                "Load a model now (waits until a replica is ready)",
+                {
+                    "200": view,
+                    "202": _json(schemas.ModelView, "Passed on to the acting control plane"),
+                },
+                errors=("401", "404", "502", "503"),
+                name_param=True,
+            )
+        },
+        "/admin/v1/models/{name}/unload": {
+            "post": _operation(
+                "Unload every replica of a model", {"200": view}, errors=acting, name_param=True
+            )
+        },
+        "/admin/v1/models/{name}/activations": {
+            "get": _operation(
+                "The newest cold-start timelines of a model",
+                {"200": _json(schemas.Activations, "Newest first")},
+                errors=item,
+                name_param=True,
+            )
+        },
+        "/admin/v1/workers": {
+            "get": _operation(
+                "Runtime workers and their models",
+                {"200": _json(schemas.WorkerList, "Every worker")},
+            )
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "zeroserve admin API",
+            "version": "1",
+            "description": "Register models, control their replicas, read cold-start timelines.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": defs.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }

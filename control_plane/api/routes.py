@@ -1,0 +1,126 @@
+"""The admin API's routes: parse and validate, call ``AdminService``, encode the answer."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from control_plane.admin import AdminService
+from control_plane.api import schemas
+from control_plane.errors import InvalidInputError
+
+__all__ = ["routes"]
+
+_MAX_BODY_BYTES = 4 * 2**20
+_T = TypeVar("_T", bound=BaseModel)
+
+
+def _service(request: Request) -> AdminService:
+    service: AdminService = request.state.service
+    return service
+
+
+def _json(content: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+def _view(model: BaseModel, status: int = 200) -> Response:
+    return _json(model.model_dump(mode="json"), status)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > _MAX_BODY_BYTES:
+            raise InvalidInputError(f"the request body is larger than {_MAX_BODY_BYTES} bytes")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInputError(f"malformed JSON in the request body: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidInputError("the request body must be a JSON object")
+    return doc
+
+
+def _validate(model: type[_T], doc: dict[str, Any], request: Request) -> _T:
+    context = {"allowed_storage": request.state.allowed_storage}
+    try:
+        return model.model_validate(doc, context=context)
+    except ValidationError as exc:
+        raise schemas.schema_error(exc) from None
+
+
+async def list_models(request: Request) -> Response:
+    return _view(await _service(request).list_models())
+
+
+async def create_model(request: Request) -> Response:
+    body = _validate(schemas.ModelCreate, await _body(request), request)
+    return _view(await _service(request).register(body), 201)
+
+
+async def get_model(request: Request) -> Response:
+    return _view(await _service(request).get(request.path_params["name"]))
+
+
+async def update_model(request: Request) -> Response:
+    patch = _validate(schemas.ModelPatch, await _body(request), request)
+    return _view(await _service(request).update(request.path_params["name"], patch))
+
+
+async def delete_model(request: Request) -> Response:
+    await _service(request).delete(request.path_params["name"])
+    return Response(status_code=204)
+
+
+async def load_model(request: Request) -> Response:
+    view, is_done = await _service(request).load(request.path_params["name"])
+    return _view(view, 200 if is_done else 202)
+
+
+async def unload_model(request: Request) -> Response:
+    return _view(await _service(request).unload(request.path_params["name"]))
+
+
+async def model_activations(request: Request) -> Response:
+    return _view(await _service(request).activations(request.path_params["name"]))
+
+
+async def list_workers(request: Request) -> Response:
+    return _view(await _service(request).workers())
+
+
+async def openapi(request: Request) -> Response:
+    return _json(request.state.openapi)
+
+
+async def metrics(request: Request) -> Response:
+    registry: CollectorRegistry = request.state.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def healthz(request: Request) -> Response:
+    return _json({"live": True, "acting": request.state.acting.is_acting})
+
+
+routes = [
+    Route("/admin/v1/openapi.json", openapi, methods=["GET"]),
+    Route("/admin/v1/models", list_models, methods=["GET"]),
+    Route("/admin/v1/models", create_model, methods=["POST"]),
+    Route("/admin/v1/models/{name}", get_model, methods=["GET"]),
+    Route("/admin/v1/models/{name}", update_model, methods=["PATCH"]),
+    Route("/admin/v1/models/{name}", delete_model, methods=["DELETE"]),
+    Route("/admin/v1/models/{name}/load", load_model, methods=["POST"]),
+    Route("/admin/v1/models/{name}/unload", unload_model, methods=["POST"]),
+    Route("/admin/v1/models/{name}/activations", model_activations, methods=["GET"]),
+    Route("/admin/v1/workers", list_workers, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/healthz", healthz, methods=["GET"]),
+]

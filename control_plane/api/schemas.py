@@ -1,0 +1,282 @@
+"""The admin API's request and response bodies, as pydantic models.
+
+Requests are validated against these (unknown fields are errors, so a typo is reported, not
+ignored); ``storage_uri`` is checked against the allowed storage roots passed in the
+validation context (``{"allowed_storage": [...]}``). The OpenAPI document is generated from
+the same models (``openapi.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from control_plane.errors import SchemaValidationError
+from data_plane import model_config
+from data_plane.storage.errors import StorageNotAllowedError
+from data_plane.storage.uris import parse_storage_uri
+
+__all__ = [
+    "Activations",
+    "Device",
+    "ErrorBody",
+    "ModelCreate",
+    "ModelList",
+    "ModelPatch",
+    "ModelState",
+    "ModelStatus",
+    "ModelView",
+    "Replica",
+    "ResourceSpec",
+    "ResourcesPatch",
+    "ScalingPatch",
+    "ScalingSpec",
+    "WorkerList",
+    "WorkerView",
+    "check_config",
+    "check_storage_uri",
+    "merge_scaling",
+    "schema_error",
+]
+
+Device = Literal["cpu", "cuda"]
+ModelState = Literal["ready", "loading", "unloading", "scaled_to_zero", "failed"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ScalingSpec(_Strict):
+    """How many replicas a model may have and when it goes idle."""
+
+    min_replicas: int = Field(default=0, ge=0, le=1000, description="0 = scale to zero")
+    max_replicas: int = Field(default=1, ge=1, le=1000)
+    target_concurrency: float = Field(
+        default=8.0, gt=0, le=1_000_000, description="In-flight requests per replica to aim for"
+    )
+    idle_timeout_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=30 * 86400,
+        description="No request in flight for this long: the model unloads (min_replicas 0)",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Self:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("max_replicas must be at least min_replicas")
+        return self
+
+
+class ResourceSpec(_Strict):
+    """What one replica needs from a worker."""
+
+    device: Device = "cpu"
+    memory_bytes: int = Field(
+        default=0, ge=0, description="Memory one loaded replica takes; 0 = unknown"
+    )
+
+
+class ScalingPatch(_Strict):
+    """Fields of ``scaling`` to change; absent ones stay."""
+
+    min_replicas: int | None = Field(default=None, ge=0, le=1000)
+    max_replicas: int | None = Field(default=None, ge=1, le=1000)
+    target_concurrency: float | None = Field(default=None, gt=0, le=1_000_000)
+    idle_timeout_s: float | None = Field(default=None, gt=0, le=30 * 86400)
+
+
+class ResourcesPatch(_Strict):
+    """Fields of ``resources`` to change; absent ones stay."""
+
+    device: Device | None = None
+    memory_bytes: int | None = Field(default=None, ge=0)
+
+
+def check_storage_uri(value: str | None, info: ValidationInfo) -> str | None:
+    """Refuse URIs outside the allowed roots given in the validation context."""
+    context = info.context
+    if value is not None and isinstance(context, dict) and "allowed_storage" in context:
+        try:
+            parse_storage_uri(value, allowed=list(context["allowed_storage"]))
+        except StorageNotAllowedError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+def check_config(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Refuse configs that are not Triton ModelConfig JSON."""
+    if value is None:
+        return None
+    try:
+        model_config.parse_json(json.dumps(value))
+    except model_config.ConfigError as exc:
+        raise ValueError(f"not a Triton ModelConfig: {exc}") from None
+    return value
+
+
+class ModelCreate(_Strict):
+    """``POST /admin/v1/models``: register a model."""
+
+    name: str = Field(min_length=1, max_length=model_config.MODEL_NAME_MAX_LENGTH)
+    storage_uri: str = Field(
+        min_length=1, description="s3://bucket/prefix, file:///abs/path or /abs/path"
+    )
+    platform: str = Field(default="", description="Triton platform, e.g. onnxruntime_onnx")
+    backend: str = Field(default="", description="Triton backend, e.g. onnxruntime, python")
+    config: dict[str, Any] | None = Field(
+        default=None,
+        description="Triton ModelConfig fields as JSON; optional when the stored model has "
+        "config.pbtxt",
+    )
+    scaling: ScalingSpec = Field(default_factory=ScalingSpec)
+    resources: ResourceSpec = Field(default_factory=ResourceSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        try:
+            model_config.validate_model_name(value)
+        except model_config.ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    _storage_uri = field_validator("storage_uri")(check_storage_uri)
+    _config = field_validator("config")(check_config)
+
+    @model_validator(mode="after")
+    def _config_name(self) -> Self:
+        named = (self.config or {}).get("name")
+        if named not in (None, "", self.name):
+            raise ValueError(f"config.name '{named}' differs from the model name '{self.name}'")
+        return self
+
+
+class ModelPatch(_Strict):
+    """``PATCH /admin/v1/models/{name}``: change a registration; absent fields stay.
+
+    A change of ``storage_uri``, ``config``, ``platform``, ``backend`` or ``resources``
+    reloads the model's replicas in place; ``scaling`` applies from the next decision.
+    """
+
+    storage_uri: str | None = Field(default=None, min_length=1)
+    platform: str | None = None
+    backend: str | None = None
+    config: dict[str, Any] | None = None
+    scaling: ScalingPatch | None = None
+    resources: ResourcesPatch | None = None
+
+    _storage_uri = field_validator("storage_uri")(check_storage_uri)
+    _config = field_validator("config")(check_config)
+
+
+def merge_scaling(current: dict[str, Any], patch: ScalingPatch | None) -> ScalingSpec | None:
+    """``current`` scaling with ``patch`` applied, validated; None when nothing is asked.
+
+    Raises ``SchemaValidationError`` naming ``scaling.<field>`` when the result is invalid.
+    """
+    if patch is None:
+        return None
+    changes = patch.model_dump(exclude_none=True)
+    if not changes:
+        return None
+    try:
+        return ScalingSpec.model_validate({**current, **changes})
+    except ValidationError as exc:
+        raise schema_error(exc, prefix=("scaling",)) from None
+
+
+def schema_error(exc: ValidationError, *, prefix: tuple[str, ...] = ()) -> SchemaValidationError:
+    """The ``SchemaValidationError`` for pydantic's ``exc``, each field as a dotted path."""
+    errors = []
+    for error in exc.errors(include_url=False):
+        path = ".".join(str(part) for part in (*prefix, *error["loc"])) or "body"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        errors.append((path, message))
+    return SchemaValidationError(errors=errors)
+
+
+# ---- responses ----
+
+
+class Replica(BaseModel):
+    """One ready replica of a model."""
+
+    worker_id: str
+    url: str
+    generation: int
+    since: float = Field(description="Wall-clock seconds since the epoch")
+
+
+class ModelStatus(BaseModel):
+    """Where a model stands now."""
+
+    state: ModelState
+    replicas: list[Replica]
+    in_flight: int = Field(description="Requests in flight on all activators")
+    last_request_at: float | None = Field(description="Wall-clock seconds since the epoch")
+    last_activation: dict[str, Any] | None = Field(description="The newest cold-start timeline")
+
+
+class ModelView(BaseModel):
+    """A registered model with its status."""
+
+    name: str
+    storage_uri: str
+    platform: str
+    backend: str
+    config: dict[str, Any] | None
+    scaling: ScalingSpec
+    resources: ResourceSpec
+    generation: int
+    created_at: float
+    status: ModelStatus
+
+
+class ModelList(BaseModel):
+    models: list[ModelView]
+
+
+class Activations(BaseModel):
+    """The newest cold-start timelines of a model, newest first."""
+
+    model: str
+    activations: list[dict[str, Any]]
+
+
+class WorkerView(BaseModel):
+    """A runtime worker and the models it serves."""
+
+    id: str
+    url: str
+    pool: str
+    device: str
+    memory_bytes: int
+    state: str
+    started_at: float
+    models: list[str]
+    details: dict[str, Any] = Field(description="Backend facts: a local worker's pid and log")
+
+
+class WorkerList(BaseModel):
+    workers: list[WorkerView]
+
+
+class ErrorBody(BaseModel):
+    """Every error answer."""
+
+    error: str
+    fields: list[str] | None = Field(
+        default=None, description="422 only: dotted paths of the fields at fault"
+    )

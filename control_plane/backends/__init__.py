@@ -1,0 +1,1 @@
+"""Where workers run: the ``PodBackend`` interface and its ``local`` implementation."""

@@ -1,0 +1,390 @@
+"""The local backend: workers are ``python -m data_plane`` child processes on loopback ports.
+
+Each worker runs in explicit model-control mode over an empty model repository, shares the
+node cache folder with its siblings, and lives in its own session (so a Ctrl-C at the terminal
+reaches only the platform, which then stops workers in order). On Linux a worker also gets
+``PR_SET_PDEATHSIG``: if the platform dies without stopping it (SIGKILL, crash), the kernel
+kills it, so no orphan survives any way the parent goes.
+
+A worker whose process exits, or that fails ``worker_health_failures`` probes in a row, is
+killed (its whole process group) and reported to the ``WorkerLost`` callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import dataclasses
+import logging
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from control_plane.backends.base import PodBackend, PoolSpec, WorkerLost
+from control_plane.errors import NoCapacityError, WorkerStartError
+from control_plane.records import WorkerRecord, WorkerState
+from control_plane.settings import ControlPlaneSettings
+
+__all__ = ["LocalBackend", "free_port"]
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_LIVE_POLL_S = 0.05
+_PORT_ATTEMPTS = 3
+
+
+@dataclass
+class _Worker:
+    record: WorkerRecord
+    process: asyncio.subprocess.Process
+    log_path: Path | None
+    is_stopping: bool = False
+    failures: int = 0
+    watcher: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on now (the worker binds it a moment later; see the retry)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive SIGKILL when the parent dies (Linux).
+
+    libc is looked up here, in the parent, so that the child runs no imports between fork
+    and exec. The hook also closes the race where the parent died before ``prctl`` ran.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is None:
+        return None
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    parent_pid = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return hook
+
+
+class LocalBackend(PodBackend):
+    """Workers as child processes of this one.
+
+    Parameters:
+        settings: worker timeouts, cache folder, log folder and storage allow-list.
+        on_worker_lost: told about workers that died or stopped answering.
+        repository: the ``--model-repository`` workers start with (created if missing).
+        extra_env: variables set for workers on top of this process's environment.
+    """
+
+    def __init__(
+        self,
+        settings: ControlPlaneSettings,
+        *,
+        on_worker_lost: WorkerLost,
+        repository: Path,
+        extra_env: dict[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self._settings = settings
+        self._on_worker_lost = on_worker_lost
+        self._repository = repository
+        self._extra_env = dict(extra_env or {})
+        self._python = python
+        self._pools: dict[str, PoolSpec] = {}
+        self._workers: dict[str, _Worker] = {}
+        self._starting: dict[str, int] = {}
+        self._preexec = _die_with_parent_hook()
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.worker_health_timeout_s),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+        self._health_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._is_closed = False
+
+    # ---- PodBackend ----
+
+    async def ensure_pool(self, pool: PoolSpec) -> None:
+        self._pools[pool.name] = pool
+        if self._health_task is None:
+            self._health_task = asyncio.create_task(
+                self._health_loop(), name="local-backend-health"
+            )
+
+    async def start_worker(self, pool: str) -> WorkerRecord:
+        spec = self._pools.get(pool)
+        if spec is None:
+            raise WorkerStartError(pool=pool, reason="unknown pool")
+        if self._is_closed:
+            raise WorkerStartError(pool=pool, reason="the backend is shutting down")
+        count = len(self.list_workers(pool)) + self._starting.get(pool, 0)
+        if count >= spec.max_workers:
+            raise NoCapacityError(
+                model="*", reason=f"pool '{pool}' is at its {spec.max_workers} workers"
+            )
+        self._starting[pool] = self._starting.get(pool, 0) + 1
+        try:
+            await asyncio.to_thread(self._repository.mkdir, parents=True, exist_ok=True)
+            last_error = "no attempt made"
+            for _ in range(_PORT_ATTEMPTS):
+                worker, last_error = await self._spawn(spec)
+                if worker is not None:
+                    return worker.record
+            raise WorkerStartError(pool=pool, reason=last_error)
+        finally:
+            self._starting[pool] -= 1
+
+    async def stop_worker(self, worker_id: str) -> None:
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return
+        worker.is_stopping = True
+        await self._terminate(worker)
+        self._workers.pop(worker_id, None)
+        logger.info("worker %s stopped", worker_id, extra={"worker": worker_id})
+
+    async def delete_pool(self, pool: str) -> None:
+        await asyncio.gather(*(self.stop_worker(w.id) for w in self.list_workers(pool)))
+        self._pools.pop(pool, None)
+
+    def list_workers(self, pool: str | None = None) -> list[WorkerRecord]:
+        return [
+            w.record
+            for w in self._workers.values()
+            if not w.is_stopping and (pool is None or w.record.pool == pool)
+        ]
+
+    async def health(self, worker_id: str) -> bool:
+        worker = self._workers.get(worker_id)
+        if worker is None or worker.process.returncode is not None:
+            return False
+        try:
+            response = await self._http.get(f"{worker.record.url}/v2/health/live")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    def details(self, worker_id: str) -> dict[str, object]:
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            return {}
+        doc: dict[str, object] = {"pid": worker.process.pid}
+        if worker.log_path is not None:
+            doc["log"] = str(worker.log_path)
+        return doc
+
+    async def close(self) -> None:
+        self._is_closed = True
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+            self._health_task = None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for worker in self._workers.values():
+            worker.is_stopping = True
+        await asyncio.gather(
+            *(self._terminate(w) for w in list(self._workers.values())), return_exceptions=True
+        )
+        self._workers.clear()
+        await self._http.aclose()
+
+    def kill_now(self) -> None:
+        """SIGKILL every worker's process group at once, without waiting (a last resort
+        when a graceful stop is not possible, e.g. on a second Ctrl-C)."""
+        for worker in self._workers.values():
+            if worker.process.returncode is None:
+                _signal_group(worker.process.pid, signal.SIGKILL)
+
+    # ---- processes ----
+
+    def _command(self, port: int) -> list[str]:
+        return [
+            self._python,
+            "-m",
+            "data_plane",
+            "--model-repository",
+            str(self._repository),
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            str(port),
+            "--model-control-mode",
+            "explicit",
+            "--cache-dir",
+            str(self._settings.cache_dir),
+        ]
+
+    def _environment(self) -> dict[str, str]:
+        # Workers inherit our environment (AWS_*, ZEROSERVE_* for the data plane) plus
+        # what the platform was told on its command line.
+        return {**os.environ, "PYTHONUNBUFFERED": "1", **self._extra_env}
+
+    async def _spawn(self, spec: PoolSpec) -> tuple[_Worker | None, str]:
+        """One attempt at starting a worker; (None, why) when it lost its port or failed."""
+        port = free_port()
+        worker_id = f"{spec.name}-{secrets.token_hex(3)}"
+        log_path = None
+        if self._settings.worker_log_dir is not None:
+            log_path = self._settings.worker_log_dir / f"{worker_id}.log"
+        process = await self._exec(self._command(port), log_path)
+        record = WorkerRecord(
+            id=worker_id,
+            url=f"http://127.0.0.1:{port}",
+            pool=spec.name,
+            device=spec.device,
+            memory_bytes=spec.memory_bytes,
+            state=WorkerState.STARTING,
+            started_at=time.time(),
+        )
+        worker = _Worker(record=record, process=process, log_path=log_path)
+        logger.info(
+            "worker %s starting (pid %d, port %d)",
+            worker_id,
+            process.pid,
+            port,
+            extra={"worker": worker_id},
+        )
+        try:
+            reason = await self._wait_live(worker)
+        except BaseException:
+            await self._terminate(worker)
+            raise
+        if reason is not None:
+            await self._terminate(worker)
+            return None, reason
+        worker.record = dataclasses.replace(record, state=WorkerState.READY)
+        self._workers[worker_id] = worker
+        worker.watcher = asyncio.create_task(self._watch(worker), name=f"watch-{worker_id}")
+        logger.info("worker %s ready at %s", worker_id, record.url, extra={"worker": worker_id})
+        return worker, ""
+
+    async def _exec(self, argv: Sequence[str], log_path: Path | None) -> asyncio.subprocess.Process:
+        if log_path is None:
+            return await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                env=self._environment(),
+                start_new_session=True,
+                preexec_fn=self._preexec,
+            )
+        await asyncio.to_thread(log_path.parent.mkdir, parents=True, exist_ok=True)
+        log = await asyncio.to_thread(log_path.open, "ab")
+        try:
+            return await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self._environment(),
+                start_new_session=True,
+                preexec_fn=self._preexec,
+            )
+        finally:
+            log.close()
+
+    async def _wait_live(self, worker: _Worker) -> str | None:
+        """None once the worker answers ``/v2/health/live``; else why it never will."""
+        url = f"{worker.record.url}/v2/health/live"
+        deadline = time.monotonic() + self._settings.worker_start_timeout_s
+        while time.monotonic() < deadline:
+            if worker.process.returncode is not None:
+                return f"the worker process exited with status {worker.process.returncode}"
+            try:
+                response = await self._http.get(url, timeout=1.0)
+                if response.status_code == 200:
+                    return None
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(_LIVE_POLL_S)
+        return f"no answer to its liveness probe within {self._settings.worker_start_timeout_s:g} s"
+
+    async def _terminate(self, worker: _Worker) -> None:
+        """SIGTERM the worker's process group, SIGKILL it after the stop timeout; reap it."""
+        if worker.watcher is not None and worker.watcher is not asyncio.current_task():
+            worker.watcher.cancel()
+        process = worker.process
+        if process.returncode is None:
+            _signal_group(process.pid, signal.SIGTERM)
+            try:
+                async with asyncio.timeout(self._settings.worker_stop_timeout_s):
+                    await process.wait()
+            except TimeoutError:
+                logger.warning(
+                    "worker %s did not exit within %.0f s of SIGTERM; killing it",
+                    worker.record.id,
+                    self._settings.worker_stop_timeout_s,
+                )
+        # Also reaches children the worker left behind after it exited itself.
+        _signal_group(process.pid, signal.SIGKILL)
+        if process.returncode is None:
+            await process.wait()
+
+    async def _watch(self, worker: _Worker) -> None:
+        code = await worker.process.wait()
+        if worker.is_stopping:
+            return
+        logger.warning(
+            "worker %s exited unexpectedly with status %s",
+            worker.record.id,
+            code,
+            extra={"worker": worker.record.id},
+        )
+        await self._lose(worker)
+
+    async def _lose(self, worker: _Worker) -> None:
+        if worker.is_stopping:
+            return
+        worker.is_stopping = True
+        await self._terminate(worker)
+        self._workers.pop(worker.record.id, None)
+        try:
+            await self._on_worker_lost(worker.record.id)
+        except Exception:
+            logger.exception("handling the loss of worker %s failed", worker.record.id)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.worker_health_interval_s)
+            workers = [w for w in self._workers.values() if not w.is_stopping]
+            results = await asyncio.gather(*(self.health(w.record.id) for w in workers))
+            for worker, is_live in zip(workers, results, strict=True):
+                if is_live:
+                    worker.failures = 0
+                    continue
+                worker.failures += 1
+                if worker.failures >= self._settings.worker_health_failures:
+                    logger.warning(
+                        "worker %s failed %d liveness probes; killing it",
+                        worker.record.id,
+                        worker.failures,
+                        extra={"worker": worker.record.id},
+                    )
+                    task = asyncio.create_task(self._lose(worker), name=f"lose-{worker.record.id}")
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)

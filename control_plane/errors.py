@@ -1,0 +1,154 @@
+"""The control plane's error tree, free of HTTP.
+
+    ZeroserveError
+    ├── InvalidInputError             the request is wrong as written (malformed JSON)
+    │   └── SchemaValidationError     a field fails the admin schema; names the field
+    ├── UnauthorizedError             missing or wrong admin token
+    ├── ModelNotFoundError            no model registered under this name
+    ├── ConflictError                 the state says otherwise (name taken)
+    │   └── ModelExistsError
+    ├── UnavailableError              try again later
+    │   ├── NoCapacityError           no worker has room and none can be started or freed
+    │   ├── ActivationTimeoutError    the activation did not finish in time
+    │   ├── WorkerStartError          a worker did not come up
+    │   └── NotActingError            this replica does not hold the lease
+    └── UpstreamError                 a worker failed or answered with an error
+        └── LoadFailedError           the worker refused or failed the load
+
+``control_plane.api.http_errors`` maps each class to a status code in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "ActivationTimeoutError",
+    "ConflictError",
+    "InvalidInputError",
+    "LoadFailedError",
+    "ModelExistsError",
+    "ModelNotFoundError",
+    "NoCapacityError",
+    "NotActingError",
+    "SchemaValidationError",
+    "UnauthorizedError",
+    "UnavailableError",
+    "UpstreamError",
+    "WorkerStartError",
+    "ZeroserveError",
+]
+
+
+class ZeroserveError(Exception):
+    """Base of every error the control plane raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInputError(ZeroserveError):
+    """The request cannot be read: malformed JSON, or not a JSON object."""
+
+
+class SchemaValidationError(InvalidInputError):
+    """A request field fails validation; ``fields`` are dotted paths to each field at fault."""
+
+    def __init__(self, *, errors: Sequence[tuple[str, str]]) -> None:
+        self.fields = tuple(field for field, _ in errors)
+        self.errors = tuple(errors)
+        super().__init__("; ".join(f"{field}: {reason}" for field, reason in errors))
+
+
+class UnauthorizedError(ZeroserveError):
+    """The admin token is missing or wrong."""
+
+    def __init__(self, *, reason: str) -> None:
+        super().__init__(reason)
+
+
+class ModelNotFoundError(ZeroserveError):
+    """No model is registered under ``model``."""
+
+    def __init__(self, *, model: str) -> None:
+        super().__init__(f"model '{model}' is not registered")
+        self.model = model
+
+
+class ConflictError(ZeroserveError):
+    """The request clashes with the current state."""
+
+
+class ModelExistsError(ConflictError):
+    """A model named ``model`` is registered already."""
+
+    def __init__(self, *, model: str) -> None:
+        super().__init__(f"model '{model}' is registered already")
+        self.model = model
+
+
+class UnavailableError(ZeroserveError):
+    """The control plane cannot do this now; a retry later may succeed."""
+
+    retry_after_s: int = 1
+
+
+class NoCapacityError(UnavailableError):
+    """No worker can take ``model``: all are full, busy and at ``max_workers``."""
+
+    retry_after_s = 5
+
+    def __init__(self, *, model: str, reason: str) -> None:
+        super().__init__(f"no worker can take model '{model}': {reason}")
+        self.model = model
+        self.reason = reason
+
+
+class ActivationTimeoutError(UnavailableError):
+    """Bringing ``model`` up took longer than ``timeout_s``."""
+
+    retry_after_s = 5
+
+    def __init__(self, *, model: str, timeout_s: float) -> None:
+        super().__init__(f"activation of model '{model}' did not finish within {timeout_s:g} s")
+        self.model = model
+        self.timeout_s = timeout_s
+
+
+class WorkerStartError(UnavailableError):
+    """A worker of ``pool`` did not start."""
+
+    retry_after_s = 5
+
+    def __init__(self, *, pool: str, reason: str) -> None:
+        super().__init__(f"a worker of pool '{pool}' did not start: {reason}")
+        self.pool = pool
+        self.reason = reason
+
+
+class NotActingError(UnavailableError):
+    """This control-plane replica does not hold the lease, so it does not act."""
+
+    retry_after_s = 2
+
+    def __init__(self) -> None:
+        super().__init__("this control-plane replica is not acting; the acting replica will")
+
+
+class UpstreamError(ZeroserveError):
+    """A worker could not be reached, or failed while doing what it was asked."""
+
+    def __init__(self, *, worker: str, reason: str) -> None:
+        super().__init__(f"worker {worker}: {reason}")
+        self.worker = worker
+        self.reason = reason
+
+
+class LoadFailedError(UpstreamError):
+    """The worker refused or failed to load ``model``; ``reason`` is its own message."""
+
+    def __init__(self, *, model: str, worker: str, reason: str) -> None:
+        super().__init__(worker=worker, reason=f"loading model '{model}' failed: {reason}")
+        self.model = model
+        self.reason = reason

@@ -1,0 +1,581 @@
+"""Where replicas go: choose a worker with room, load the model there, take replicas away.
+
+Choosing and reserving happen under one lock, so two activations never book the same room;
+starting workers, loading and unloading happen outside it, with the room reserved. A worker
+is a candidate for a model when its device matches, it does not hold the model already and
+the model fits its memory budget and model count. Among candidates the placer prefers a
+worker that loaded the model before (its node cache and engine cache hold it), then the
+fullest one (packing leaves other workers empty, so they can be reaped or kept warm). With
+no candidate it starts a worker if the pool may grow, else evicts the least recently used
+idle replica whose removal makes room, else raises ``NoCapacityError``.
+
+A replica is retired in the order that loses no request: the placement is removed first (new
+requests take the activation path), activators are given ``placement_propagation_s`` to see
+that, in-flight requests drain (bounded), and only then the worker unloads. A placement asked
+for while its replica is still in the propagation pause is revived in place instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Protocol
+
+from control_plane.backends.base import PodBackend, PoolSpec
+from control_plane.errors import NoCapacityError, UpstreamError
+from control_plane.records import ModelRecord, Placement, WorkerRecord, WorkerState
+from control_plane.settings import ControlPlaneSettings
+from control_plane.store.base import StateStore
+from control_plane.worker_client import LoadReport
+
+__all__ = ["PlaceResult", "Placer", "WorkerApi"]
+
+logger = logging.getLogger(__name__)
+
+_DRAIN_POLL_S = 0.1
+_PLACE_ATTEMPTS = 3
+
+
+class WorkerApi(Protocol):
+    """Loads and unloads on one worker (``control_plane.worker_client.WorkerClient``)."""
+
+    async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport: ...
+
+    async def unload(self, worker: WorkerRecord, model: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlaceResult:
+    """A new replica and how it came about (for the activation timeline)."""
+
+    placement: Placement
+    worker: WorkerRecord
+    is_worker_started: bool
+    """A worker was started for this replica (else an existing one was used)."""
+    is_revived: bool
+    """The replica was being retired and was put back without a load."""
+    worker_ready_at: float
+    """``time.monotonic()`` when the worker was chosen and ready."""
+    loaded_at: float
+    """``time.monotonic()`` when the worker answered the load."""
+    load: LoadReport | None
+    evicted: tuple[str, ...] = ()
+    """Models whose replicas were evicted to make room."""
+
+
+class _Phase(enum.Enum):
+    PROPAGATING = "propagating"
+    DRAINING = "draining"
+    UNLOADING = "unloading"
+
+
+@dataclass
+class _Retirement:
+    model: str
+    worker: WorkerRecord
+    placement: Placement
+    phase: _Phase = _Phase.PROPAGATING
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+
+@dataclass
+class _Choice:
+    worker: WorkerRecord | None
+    """None: start a new worker, or wait for ``wait`` (workers starting)."""
+    evict: Placement | None = None
+    wait: set[asyncio.Task[WorkerRecord]] | None = None
+    is_start: bool = False
+
+
+class Placer:
+    """Places replicas of models on workers of one pool, and retires them.
+
+    Parameters:
+        store: placements and workers are published here.
+        backend: starts and stops the pool's workers.
+        pool: the pool replicas go to (its device and size).
+        workers: the HTTP calls to workers.
+        settings: pool, budgets and timeouts.
+        clock: monotonic seconds (injected for tests).
+        wall: wall-clock seconds since the epoch (placement timestamps).
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        backend: PodBackend,
+        pool: PoolSpec,
+        workers: WorkerApi,
+        settings: ControlPlaneSettings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._backend = backend
+        self._pool = pool
+        self._workers = workers
+        self._settings = settings
+        self._clock = clock
+        self._wall = wall
+        self._lock = asyncio.Lock()
+        self._pending: dict[str, dict[str, int]] = {}
+        """worker id -> model -> bytes reserved for a load in progress."""
+        self._retiring: dict[tuple[str, str], _Retirement] = {}
+        self._stopping: set[str] = set()
+        self._history: dict[str, set[str]] = {}
+        """worker id -> models it has loaded before (its caches are warm for them)."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._starts: set[asyncio.Task[WorkerRecord]] = set()
+
+    # ---- placing ----
+
+    async def place(self, model: ModelRecord) -> PlaceResult:
+        """Add one replica of ``model`` on a worker that does not hold it yet.
+
+        Raises ``NoCapacityError`` when no worker can take it, ``WorkerStartError`` when a
+        needed worker does not start, ``LoadFailedError`` when the worker refuses the model,
+        and ``UpstreamError`` when workers keep dying under the load.
+        """
+        revived = await self._revive(model)
+        if revived is not None:
+            return revived
+        await self._await_unloads(model.name)
+        last: UpstreamError | None = None
+        for _ in range(_PLACE_ATTEMPTS):
+            try:
+                return await self._place_once(model)
+            except UpstreamError as exc:
+                if type(exc) is not UpstreamError:
+                    raise  # the worker answered: a refused load is not retried
+                # The worker went away mid-load (crash, kill): try another one.
+                logger.warning("placing %s failed, retrying: %s", model.name, exc.message)
+                last = exc
+        assert last is not None
+        raise last
+
+    async def _place_once(self, model: ModelRecord) -> PlaceResult:
+        need = model.resources.memory_bytes
+        evicted: tuple[str, ...] = ()
+        while True:
+            async with self._lock:
+                choice = await self._choose(model)
+                if choice.worker is not None:
+                    self._reserve(choice.worker.id, model.name, need)
+                elif choice.wait is None:
+                    choice.wait = {self._begin_start(reserve=(model.name, need))}
+                    choice.is_start = True
+            if choice.worker is not None:
+                break
+            assert choice.wait is not None
+            if not choice.is_start:
+                # The pool is full of workers still starting: one of them may have room.
+                await asyncio.wait(choice.wait)
+                continue
+            (task,) = choice.wait
+            try:
+                choice.worker = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                # The start goes on without us; drop the room it reserved for us.
+                task.add_done_callback(partial(self._release_started, model=model.name))
+                raise
+            break
+        worker = choice.worker
+        try:
+            if choice.evict is not None:
+                await self.retire(choice.evict.model, choice.evict.worker_id, reason="evicted")
+                evicted = (choice.evict.model,)
+            ready_at = self._clock()
+            report = await self._workers.load(worker, model)
+            loaded_at = self._clock()
+            placement = Placement(
+                model=model.name,
+                worker_id=worker.id,
+                url=worker.url,
+                generation=model.generation,
+                since=self._wall(),
+            )
+            if worker.id not in {w.id for w in self._backend.list_workers()}:
+                raise UpstreamError(worker=worker.id, reason="the worker went away during the load")
+            await self._store.add_placement(placement)
+            self._history.setdefault(worker.id, set()).add(model.name)
+        finally:
+            self._release(worker.id, model.name)
+        logger.info(
+            "placed %s on %s (%s worker, load %.3f s, cache %s)",
+            model.name,
+            worker.id,
+            "new" if choice.is_start else "existing",
+            report.duration_s,
+            report.cache,
+            extra={"model": model.name, "worker": worker.id},
+        )
+        return PlaceResult(
+            placement=placement,
+            worker=worker,
+            is_worker_started=choice.is_start,
+            is_revived=False,
+            worker_ready_at=ready_at,
+            loaded_at=loaded_at,
+            load=report,
+            evicted=evicted,
+        )
+
+    async def start_worker(self) -> WorkerRecord:
+        """Start one worker of the pool and publish it; ``NoCapacityError`` at max_workers."""
+        async with self._lock:
+            if self._worker_count() >= self._pool.max_workers:
+                raise NoCapacityError(
+                    model="*", reason=f"the pool is at max_workers={self._pool.max_workers}"
+                )
+            task = self._begin_start()
+        return await asyncio.shield(task)
+
+    def _begin_start(self, *, reserve: tuple[str, int] | None = None) -> asyncio.Task[WorkerRecord]:
+        task = asyncio.create_task(self._start(reserve), name=f"start-worker-{self._pool.name}")
+        self._starts.add(task)
+        task.add_done_callback(self._starts.discard)
+        return task
+
+    async def _start(self, reserve: tuple[str, int] | None) -> WorkerRecord:
+        worker = await self._backend.start_worker(self._pool.name)
+        if reserve is not None:
+            # Reserved before any await: the reaper must not find the new worker idle.
+            self._reserve(worker.id, *reserve)
+        try:
+            await self._store.put_worker(worker)
+        except BaseException:
+            if reserve is not None:
+                self._release(worker.id, reserve[0])
+            raise
+        return worker
+
+    def _release_started(self, task: asyncio.Task[WorkerRecord], *, model: str) -> None:
+        if not task.cancelled() and task.exception() is None:
+            self._release(task.result().id, model)
+
+    def _worker_count(self) -> int:
+        return len(self._backend.list_workers(self._pool.name)) + len(self._starts)
+
+    async def _choose(self, model: ModelRecord) -> _Choice:
+        device = model.resources.device
+        if device != "cpu" and device != self._pool.device:
+            raise NoCapacityError(
+                model=model.name, reason=f"pool '{self._pool.name}' has no {device} workers"
+            )
+        need = model.resources.memory_bytes
+        if self._pool.memory_bytes and need > self._pool.memory_bytes:
+            raise NoCapacityError(
+                model=model.name,
+                reason=f"it needs {need} bytes and a worker has {self._pool.memory_bytes}",
+            )
+        workers = [
+            w
+            for w in self._backend.list_workers(self._pool.name)
+            if w.state is WorkerState.READY
+            and (device == "cpu" or w.device == device)
+            and w.id not in self._stopping
+        ]
+        placements = await self._store.list_placements()
+        records = {m.name: m for m in await self._store.list_models()}
+        records[model.name] = model
+        hosting = {p.worker_id for p in placements if p.model == model.name}
+        hosting |= {w for w, models in self._pending.items() if model.name in models}
+        hosting |= {w for (m, w) in self._retiring if m == model.name}
+        candidates = [
+            w
+            for w in workers
+            if w.id not in hosting and self._fits(w, placements, records, need, evicting=None)
+        ]
+        if candidates:
+
+            def rank(w: WorkerRecord) -> tuple[bool, int, float]:
+                warm = model.name in self._history.get(w.id, set())
+                return (not warm, -self._model_count(w.id, placements), w.started_at)
+
+            return _Choice(worker=min(candidates, key=rank))
+        if self._worker_count() < self._pool.max_workers:
+            return _Choice(worker=None)
+        victim = await self._victim(model, workers, hosting, placements, records)
+        if victim is None and self._starts:
+            return _Choice(worker=None, wait=set(self._starts))
+        if victim is None:
+            raise NoCapacityError(
+                model=model.name,
+                reason=(
+                    f"all {len(workers)} {model.resources.device} workers are full, "
+                    f"the pool is at max_workers={self._pool.max_workers} "
+                    "and no idle replica can be evicted"
+                ),
+            )
+        worker = next(w for w in workers if w.id == victim.worker_id)
+        return _Choice(worker=worker, evict=victim)
+
+    async def _victim(
+        self,
+        model: ModelRecord,
+        workers: list[WorkerRecord],
+        hosting: set[str],
+        placements: list[Placement],
+        records: dict[str, ModelRecord],
+    ) -> Placement | None:
+        """The least recently used idle replica whose eviction makes room for ``model``."""
+        by_worker = {w.id: w for w in workers if w.id not in hosting}
+        replicas: dict[str, int] = {}
+        for p in placements:
+            replicas[p.model] = replicas.get(p.model, 0) + 1
+        options: list[tuple[float, Placement]] = []
+        for p in placements:
+            worker = by_worker.get(p.worker_id)
+            other = records.get(p.model)
+            if worker is None or other is None or p.model == model.name:
+                continue
+            if replicas[p.model] <= other.scaling.min_replicas:
+                continue
+            if (p.model, p.worker_id) in self._retiring:
+                continue
+            if not self._fits(
+                worker, placements, records, model.resources.memory_bytes, evicting=p
+            ):
+                continue
+            reports = await self._store.traffic(p.model)
+            if sum(r.in_flight for r in reports) > 0:
+                continue
+            last = max((r.last_request_at for r in reports), default=0.0)
+            options.append((max(last, p.since), p))
+        if not options:
+            return None
+        return min(options, key=lambda option: option[0])[1]
+
+    def _fits(
+        self,
+        worker: WorkerRecord,
+        placements: list[Placement],
+        records: dict[str, ModelRecord],
+        need: int,
+        *,
+        evicting: Placement | None,
+    ) -> bool:
+        here = [p for p in placements if p.worker_id == worker.id and p != evicting]
+        pending = self._pending.get(worker.id, {})
+        count = len(here) + len(pending)
+        limit = self._settings.max_models_per_worker
+        if limit and count >= limit:
+            return False
+        budget = worker.memory_bytes
+        if not budget:
+            return True
+        used = sum(_memory(records.get(p.model)) for p in here) + sum(pending.values())
+        return used + need <= budget
+
+    def _model_count(self, worker_id: str, placements: list[Placement]) -> int:
+        return sum(1 for p in placements if p.worker_id == worker_id) + len(
+            self._pending.get(worker_id, {})
+        )
+
+    def _reserve(self, worker_id: str, model: str, need: int) -> None:
+        self._pending.setdefault(worker_id, {})[model] = need
+
+    def _release(self, worker_id: str, model: str) -> None:
+        pending = self._pending.get(worker_id)
+        if pending is not None:
+            pending.pop(model, None)
+            if not pending:
+                del self._pending[worker_id]
+
+    async def reload(self, model: ModelRecord) -> None:
+        """Load ``model``'s current generation in place on every worker that serves an older
+        one; the worker keeps serving the old one until the new one is ready."""
+        for placement in await self._store.list_placements(model.name):
+            if placement.generation >= model.generation:
+                continue
+            worker = next(
+                (w for w in self._backend.list_workers() if w.id == placement.worker_id), None
+            )
+            if worker is None:
+                continue
+            await self._workers.load(worker, model)
+            await self._store.add_placement(
+                dataclasses.replace(placement, generation=model.generation, since=self._wall())
+            )
+            logger.info(
+                "reloaded %s on %s (generation %d)", model.name, worker.id, model.generation
+            )
+
+    # ---- retiring ----
+
+    async def retire(self, model: str, worker_id: str, *, reason: str) -> None:
+        """Take the replica of ``model`` on ``worker_id`` away, losing no request.
+
+        Returns once the worker has unloaded it (or is gone). Joins a retirement already
+        under way; does nothing when there is no such placement.
+        """
+        key = (model, worker_id)
+        retirement = self._retiring.get(key)
+        if retirement is None:
+            placement = next(
+                (p for p in await self._store.list_placements(model) if p.worker_id == worker_id),
+                None,
+            )
+            worker = next((w for w in self._backend.list_workers() if w.id == worker_id), None)
+            retirement = self._retiring.get(key)  # one may have begun during the awaits
+            if retirement is None:
+                if placement is None:
+                    return
+                if worker is None:
+                    await self._store.remove_placement(model, worker_id)
+                    return
+                retirement = _Retirement(model=model, worker=worker, placement=placement)
+                retirement.task = asyncio.create_task(
+                    self._retire(retirement, reason), name=f"retire-{model}-{worker_id}"
+                )
+                self._retiring[key] = retirement
+        assert retirement.task is not None
+        # wait(), not shield(): the retirement's own cancellation (a revival) is no error
+        # here, while a cancellation of the caller still propagates.
+        await asyncio.wait([retirement.task])
+
+    def retire_soon(self, model: str, worker_id: str, *, reason: str) -> None:
+        """Start retiring a replica without waiting for it."""
+        task = asyncio.create_task(
+            self.retire(model, worker_id, reason=reason), name=f"retire-soon-{model}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def is_retiring(self, model: str) -> bool:
+        return any(m == model for (m, _) in self._retiring)
+
+    async def _retire(self, retirement: _Retirement, reason: str) -> None:
+        model, worker = retirement.model, retirement.worker
+        logger.info(
+            "retiring %s from %s (%s)",
+            model,
+            worker.id,
+            reason,
+            extra={"model": model, "worker": worker.id},
+        )
+        try:
+            await self._store.remove_placement(model, worker.id)
+            await asyncio.sleep(self._settings.placement_propagation_s)
+            retirement.phase = _Phase.DRAINING
+            await self._drain(model)
+            retirement.phase = _Phase.UNLOADING
+            try:
+                await self._workers.unload(worker, model)
+            except UpstreamError as exc:
+                logger.warning("unloading %s from %s: %s", model, worker.id, exc.message)
+            logger.info("unloaded %s from %s", model, worker.id, extra={"model": model})
+        finally:
+            self._retiring.pop((model, worker.id), None)
+
+    async def _drain(self, model: str) -> None:
+        """Wait for the model's in-flight requests while no other replica serves it.
+
+        With other replicas up the in-flight count is theirs too and never settles; the
+        worker's unload then drains what this replica accepted.
+        """
+        deadline = self._clock() + self._settings.drain_timeout_s
+        while self._clock() < deadline:
+            if await self._store.list_placements(model):
+                return
+            reports = await self._store.traffic(model)
+            if sum(r.in_flight for r in reports) == 0:
+                return
+            await asyncio.sleep(_DRAIN_POLL_S)
+        logger.warning("drain of %s timed out; unloading anyway", model)
+
+    async def _revive(self, model: ModelRecord) -> PlaceResult | None:
+        """Put back a replica of ``model`` still in its propagation pause, if there is one."""
+        for (name, _), retirement in list(self._retiring.items()):
+            if name != model.name or retirement.phase is not _Phase.PROPAGATING:
+                continue
+            if retirement.placement.generation != model.generation:
+                continue
+            assert retirement.task is not None
+            retirement.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retirement.task
+            if retirement.phase is not _Phase.PROPAGATING:
+                continue  # it moved on before the cancel landed; let the unload finish
+            now = self._clock()
+            placement = Placement(
+                model=model.name,
+                worker_id=retirement.worker.id,
+                url=retirement.worker.url,
+                generation=model.generation,
+                since=self._wall(),
+            )
+            await self._store.add_placement(placement)
+            logger.info("revived %s on %s", model.name, retirement.worker.id)
+            return PlaceResult(
+                placement=placement,
+                worker=retirement.worker,
+                is_worker_started=False,
+                is_revived=True,
+                worker_ready_at=now,
+                loaded_at=now,
+                load=None,
+            )
+        return None
+
+    async def _await_unloads(self, model: str) -> None:
+        """Let unloads of ``model`` finish: a load racing an unload on one worker loses."""
+        tasks = [r.task for (m, _), r in self._retiring.items() if m == model and r.task]
+        if tasks:
+            await asyncio.wait(tasks)
+
+    # ---- workers ----
+
+    def is_idle(self, worker_id: str, placements: list[Placement]) -> bool:
+        """No replica, load or unload on the worker."""
+        return (
+            worker_id not in self._pending
+            and not any(w == worker_id for (_, w) in self._retiring)
+            and not any(p.worker_id == worker_id for p in placements)
+        )
+
+    async def stop_worker_if_idle(self, worker_id: str) -> bool:
+        """Stop the worker unless something was placed on it meanwhile; True if stopped."""
+        async with self._lock:
+            placements = await self._store.list_placements()
+            if not self.is_idle(worker_id, placements) or worker_id in self._stopping:
+                return False
+            self._stopping.add(worker_id)
+        try:
+            await self._store.remove_worker(worker_id)
+            await self._backend.stop_worker(worker_id)
+        finally:
+            self._stopping.discard(worker_id)
+            self._history.pop(worker_id, None)
+        return True
+
+    async def forget_worker(self, worker_id: str) -> None:
+        """A worker died: drop its placements (publishing REMOVED) and what we knew of it."""
+        await self._store.remove_worker(worker_id)
+        self._history.pop(worker_id, None)
+        for key in [k for k in self._retiring if k[1] == worker_id]:
+            retirement = self._retiring.get(key)
+            if retirement is not None and retirement.task is not None:
+                retirement.task.cancel()
+
+    async def close(self) -> None:
+        """Cancel background retirements (the workers are stopped after this anyway)."""
+        tasks: list[asyncio.Task[Any]] = [
+            r.task for r in self._retiring.values() if r.task is not None
+        ]
+        tasks += [*self._tasks, *self._starts]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _memory(record: ModelRecord | None) -> int:
+    return record.resources.memory_bytes if record is not None else 0

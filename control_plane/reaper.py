@@ -1,0 +1,280 @@
+"""The idle path: unload models nobody calls, stop workers nobody needs, keep warm ones.
+
+Every ``reaper_interval_s``, while this replica acts:
+
+1. A model with ``min_replicas`` 0, no request in flight on any activator and none arriving
+   for its ``idle_timeout_s`` loses all its replicas. Each is retired by the placer in the
+   order that loses no request: placement removed, pause for activators, drain, unload.
+2. Replicas of models that are no longer registered are retired too.
+3. A worker with no replica, load or unload for ``pool_grace_period_s`` is stopped, except
+   that ``warm_workers`` empty workers are kept; the longest-empty ones go first.
+4. While fewer than ``warm_workers`` workers are empty and the pool may grow, one more
+   worker is started, so the next cold start skips the worker start.
+5. Workers in the store that this replica's backend does not run (another replica's local
+   workers, left behind when it died) are probed; after ``worker_health_failures`` failed
+   probes in a row they are removed with their placements, so requests stop going there.
+
+Traffic reports expire in the store, so the reaper remembers the last activity it saw of
+each model itself: a model whose reports lapsed is idle since its last request, not since
+its placement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
+
+from control_plane.backends.base import PodBackend
+from control_plane.errors import ZeroserveError
+from control_plane.metrics import ControlPlaneMetrics
+from control_plane.records import ModelRecord, Placement, WorkerRecord
+from control_plane.settings import ControlPlaneSettings
+from control_plane.store.base import StateStore
+from control_plane.store.errors import StoreUnavailableError
+
+__all__ = ["Acting", "Activations", "Liveness", "Reaper", "ReplicaRetirer"]
+
+logger = logging.getLogger(__name__)
+
+
+class ReplicaRetirer(Protocol):
+    """What the reaper needs of the placer."""
+
+    async def retire(self, model: str, worker_id: str, *, reason: str) -> None: ...
+
+    def is_idle(self, worker_id: str, placements: list[Placement]) -> bool: ...
+
+    async def stop_worker_if_idle(self, worker_id: str) -> bool: ...
+
+    async def start_worker(self) -> WorkerRecord: ...
+
+
+class Liveness(Protocol):
+    """Probes a worker by URL (``WorkerClient.is_live``)."""
+
+    async def is_live(self, url: str) -> bool: ...
+
+
+class Activations(Protocol):
+    """What the reaper needs of the orchestrator."""
+
+    def is_activating(self, model: str) -> bool: ...
+
+
+class Acting(Protocol):
+    @property
+    def is_acting(self) -> bool: ...
+
+
+class Reaper:
+    """Scale-to-zero of idle models and scale-down of idle workers.
+
+    Parameters:
+        clock: monotonic seconds (worker grace periods).
+        wall: wall-clock seconds since the epoch (traffic reports carry wall-clock times).
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        placer: ReplicaRetirer,
+        backend: PodBackend,
+        activations: Activations,
+        liveness: Liveness,
+        settings: ControlPlaneSettings,
+        metrics: ControlPlaneMetrics,
+        acting: Acting,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._placer = placer
+        self._backend = backend
+        self._activations = activations
+        self._liveness = liveness
+        self._settings = settings
+        self._metrics = metrics
+        self._acting = acting
+        self._clock = clock
+        self._wall = wall
+        self._last_active: dict[str, float] = {}
+        """model -> wall-clock time it was last seen with a request."""
+        self._empty_since: dict[str, float] = {}
+        """worker id -> monotonic time it was first seen empty."""
+        self._foreign_failures: dict[str, int] = {}
+        """worker id -> failed probes in a row, for workers our backend does not run."""
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        """Retirements and worker starts under way, by a key that de-duplicates them."""
+
+    async def run(self) -> None:
+        """Sweep every ``reaper_interval_s`` while acting; runs until cancelled."""
+        is_failing = False
+        while True:
+            await asyncio.sleep(self._settings.reaper_interval_s)
+            if not self._acting.is_acting:
+                continue
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except StoreUnavailableError as exc:
+                # Once per outage: the sweep runs several times a second.
+                if not is_failing:
+                    logger.warning("reaper paused: %s", exc)
+                is_failing = True
+            except Exception:
+                logger.exception("reaper sweep failed; retrying next interval")
+            else:
+                if is_failing:
+                    logger.info("reaper resumed: the state store answers again")
+                is_failing = False
+
+    async def sweep(self) -> None:
+        """One pass over models and workers; retirements and starts run in the background."""
+        placements = await self._store.list_placements()
+        models = {m.name: m for m in await self._store.list_models()}
+        await self._reap_models(placements, models)
+        await self._reap_workers(await self._store.list_placements())
+        await self._reap_foreign_workers()
+
+    async def _reap_models(
+        self, placements: list[Placement], models: dict[str, ModelRecord]
+    ) -> None:
+        by_model: dict[str, list[Placement]] = {}
+        for placement in placements:
+            by_model.setdefault(placement.model, []).append(placement)
+        now = self._wall()
+        for name in list(self._last_active):
+            if name not in by_model:
+                del self._last_active[name]
+        for name, replicas in by_model.items():
+            record = models.get(name)
+            if record is None:
+                for p in replicas:
+                    self._retire(p, reason="deleted")
+                continue
+            reports = await self._store.traffic(name)
+            in_flight = sum(r.in_flight for r in reports)
+            last = max([r.last_request_at for r in reports] + [p.since for p in replicas])
+            if in_flight > 0:
+                last = now
+            last = max(last, self._last_active.get(name, 0.0))
+            self._last_active[name] = last
+            if record.scaling.min_replicas > 0 or in_flight > 0:
+                continue
+            if self._activations.is_activating(name):
+                continue
+            if now - last < record.scaling.idle_timeout_s:
+                continue
+            logger.info(
+                "%s idle for %.1f s (timeout %.1f s); scaling to zero",
+                name,
+                now - last,
+                record.scaling.idle_timeout_s,
+                extra={"model": name},
+            )
+            for p in replicas:
+                self._retire(p, reason="idle")
+
+    async def _reap_workers(self, placements: list[Placement]) -> None:
+        now = self._clock()
+        workers = self._backend.list_workers(self._settings.pool)
+        idle = [w for w in workers if self._placer.is_idle(w.id, placements)]
+        idle_ids = {w.id for w in idle}
+        for worker_id in list(self._empty_since):
+            if worker_id not in idle_ids:
+                del self._empty_since[worker_id]
+        for worker in idle:
+            self._empty_since.setdefault(worker.id, now)
+        self._metrics.workers.set(len(workers))
+        # The longest-empty workers go first; the most recently emptied stay warm.
+        by_age = sorted(idle, key=lambda w: self._empty_since[w.id])
+        surplus = len(by_age) - self._settings.warm_workers
+        for worker in by_age[: max(surplus, 0)]:
+            if now - self._empty_since[worker.id] >= self._settings.pool_grace_period_s:
+                self._stop(worker.id)
+        starting = sum(1 for key in self._tasks if key.startswith("start:"))
+        if (
+            len(idle) + starting < self._settings.warm_workers
+            and len(workers) + starting < self._settings.max_workers
+        ):
+            self._run(f"start:{len(workers)}", self._start_warm())
+
+    async def _reap_foreign_workers(self) -> None:
+        ours = {w.id for w in self._backend.list_workers()}
+        foreign = [w for w in await self._store.list_workers() if w.id not in ours]
+        for worker_id in set(self._foreign_failures) - {w.id for w in foreign}:
+            del self._foreign_failures[worker_id]
+        if not foreign:
+            return
+        results = await asyncio.gather(*(self._liveness.is_live(w.url) for w in foreign))
+        for worker, is_live in zip(foreign, results, strict=True):
+            if is_live:
+                self._foreign_failures.pop(worker.id, None)
+                continue
+            failures = self._foreign_failures.get(worker.id, 0) + 1
+            self._foreign_failures[worker.id] = failures
+            if failures >= self._settings.worker_health_failures:
+                logger.warning(
+                    "worker %s (not ours) failed %d probes; removing it and its placements",
+                    worker.id,
+                    failures,
+                    extra={"worker": worker.id},
+                )
+                await self._store.remove_worker(worker.id)
+                del self._foreign_failures[worker.id]
+                self._metrics.worker_stops.labels("lost").inc()
+
+    def _retire(self, placement: Placement, *, reason: str) -> None:
+        key = f"retire:{placement.model}:{placement.worker_id}"
+        self._run(key, self._retire_one(placement, reason))
+
+    async def _retire_one(self, placement: Placement, reason: str) -> None:
+        await self._placer.retire(placement.model, placement.worker_id, reason=reason)
+        self._metrics.unloads.labels(reason).inc()
+
+    def _stop(self, worker_id: str) -> None:
+        self._run(f"stop:{worker_id}", self._stop_one(worker_id))
+
+    async def _stop_one(self, worker_id: str) -> None:
+        if await self._placer.stop_worker_if_idle(worker_id):
+            self._empty_since.pop(worker_id, None)
+            self._metrics.worker_stops.labels("idle").inc()
+            logger.info("stopped idle worker %s", worker_id, extra={"worker": worker_id})
+
+    async def _start_warm(self) -> None:
+        worker = await self._placer.start_worker()
+        self._metrics.worker_starts.inc()
+        logger.info("started warm worker %s", worker.id, extra={"worker": worker.id})
+
+    def _run(self, key: str, work: Coroutine[Any, Any, None]) -> None:
+        if key in self._tasks:
+            work.close()
+            return
+        task = asyncio.create_task(self._guard(key, work), name=f"reaper-{key}")
+        self._tasks[key] = task
+
+    async def _guard(self, key: str, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            await work
+        except ZeroserveError as exc:
+            logger.warning("reaper %s failed: %s", key, exc.message)
+        except Exception:
+            logger.exception("reaper %s failed", key)
+        finally:
+            self._tasks.pop(key, None)
+
+    async def settle(self) -> None:
+        """Wait for the retirements, stops and starts under way to finish."""
+        while self._tasks:
+            await asyncio.wait(list(self._tasks.values()))
+
+    async def close(self) -> None:
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

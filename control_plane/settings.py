@@ -1,0 +1,151 @@
+"""The control plane's settings: one frozen object, loaded once in ``__main__`` (or ``up``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["AdminClientSettings", "ControlPlaneSettings"]
+
+
+class ControlPlaneSettings(BaseSettings):
+    """How the control plane runs. Environment: ``ZEROSERVE_CONTROL_PLANE_*``.
+
+    The admin token also reads ``ZEROSERVE_ADMIN_TOKEN``, the cache folder
+    ``ZEROSERVE_CACHE_DIR`` and the storage allow-list ``ZEROSERVE_ALLOWED_STORAGE`` (comma
+    separated), the names the data plane uses, so one environment configures both.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="ZEROSERVE_CONTROL_PLANE_", frozen=True, populate_by_name=True
+    )
+
+    admin_host: str = "127.0.0.1"
+    """Address the admin API binds; loopback unless the operator says otherwise."""
+    admin_port: int = Field(default=8081, ge=0, le=65535)
+    """Port of the admin API; 0 picks a free one."""
+    admin_token: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "ZEROSERVE_ADMIN_TOKEN", "ZEROSERVE_CONTROL_PLANE_ADMIN_TOKEN", "admin_token"
+        ),
+    )
+    """Bearer token of the admin API; ``up`` generates one when unset, standalone refuses."""
+    state_url: str = "memory://"
+    """``memory://`` (embedded, one process) or ``redis://host:port/db`` (cluster)."""
+    backend: Literal["local"] = "local"
+    """Where workers run: ``local`` child processes (``knative`` is not built yet)."""
+    pool: str = "default"
+    """Name of the worker pool this control plane manages."""
+    cache_dir: Path = Field(
+        default=Path.home() / ".cache" / "zeroserve",
+        validation_alias=AliasChoices(
+            "ZEROSERVE_CACHE_DIR", "ZEROSERVE_CONTROL_PLANE_CACHE_DIR", "cache_dir"
+        ),
+    )
+    """Node-local cache folder shared by every local worker (models and engine caches)."""
+    allowed_storage: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        validation_alias=AliasChoices(
+            "ZEROSERVE_ALLOWED_STORAGE",
+            "ZEROSERVE_CONTROL_PLANE_ALLOWED_STORAGE",
+            "allowed_storage",
+        ),
+    )
+    """Storage roots models may be registered from (``s3://bucket/prefix``, ``/abs/dir``)."""
+    worker_repository: Path | None = None
+    """The ``--model-repository`` local workers start with; None: an empty folder in the
+    cache dir (models then come only from their storage URIs)."""
+    worker_device: Literal["cpu", "cuda"] = "cpu"
+    """What local workers run models on; ``cuda`` models need ``cuda`` workers."""
+    worker_log_dir: Path | None = None
+    """Folder for local workers' logs (one file each); None: workers share our stderr."""
+    worker_memory_bytes: int = Field(default=0, ge=0)
+    """Memory budget for models on one worker; 0 = unbounded."""
+    max_models_per_worker: int = Field(default=0, ge=0)
+    """Models one worker may hold at once; 0 = unbounded (the memory budget decides)."""
+    max_workers: int = Field(default=4, ge=1, le=1024)
+    """Most workers the pool may have at once."""
+    warm_workers: int = Field(default=0, ge=0)
+    """Empty workers kept running for fast cold starts."""
+    worker_start_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a new worker may take to answer its liveness probe."""
+    worker_stop_timeout_s: float = Field(default=30.0, gt=0)
+    """How long a worker may take to exit after SIGTERM before it is killed."""
+    worker_health_interval_s: float = Field(default=2.0, gt=0)
+    """Period of worker liveness probes."""
+    worker_health_timeout_s: float = Field(default=5.0, gt=0)
+    """Timeout of one liveness probe."""
+    worker_health_failures: int = Field(default=3, ge=1)
+    """Consecutive failed probes after which a worker is declared lost and killed."""
+    load_timeout_s: float = Field(default=600.0, gt=0)
+    """How long one model load on a worker may take."""
+    unload_timeout_s: float = Field(default=120.0, gt=0)
+    """How long one model unload on a worker may take (it drains accepted requests)."""
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    """How long a removed replica's in-flight requests may take before it is unloaded."""
+    placement_propagation_s: float = Field(default=0.5, ge=0)
+    """Pause between removing a placement and unloading, for activators to see the removal."""
+    activation_timeout_s: float = Field(default=900.0, gt=0)
+    """Bound on one whole activation: worker start plus load."""
+    pool_grace_period_s: float = Field(default=60.0, ge=0)
+    """How long a worker with no models lives before it is stopped (beyond the warm ones)."""
+    reaper_interval_s: float = Field(default=1.0, gt=0)
+    """Period of the idle-model and idle-worker sweep."""
+    autoscaler_tick_s: float = Field(default=2.0, gt=0)
+    """Period of the autoscaler loop."""
+    stable_window_s: float = Field(default=60.0, gt=0, le=3600)
+    """The autoscaler's averaging window (Knative KPA's stable window)."""
+    panic_window_s: float = Field(default=6.0, gt=0, le=3600)
+    """The autoscaler's burst window (KPA's panic window); at most the stable window."""
+    panic_threshold: float = Field(default=2.0, ge=1.1, le=10)
+    """Panic when the burst window wants this many times the ready replicas."""
+    scale_down_delay_s: float = Field(default=0.0, ge=0, le=3600)
+    """Hold the largest replica count of this long before scaling down; 0 disables."""
+    lease_ttl_s: float = Field(default=10.0, gt=0)
+    """Lifetime of the acting-replica lease; renewed every third of it."""
+    activations_kept: int = Field(default=20, ge=1, le=1000)
+    """Cold-start timelines kept per model."""
+    store_retry_s: float = Field(default=1.0, gt=0)
+    """Pause before a control loop retries after a state-store failure."""
+
+    @field_validator("allowed_storage", mode="before")
+    @classmethod
+    def _split_allowed(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.panic_window_s > self.stable_window_s:
+            raise ValueError("panic_window_s must not exceed stable_window_s")
+        if self.warm_workers > self.max_workers:
+            raise ValueError("warm_workers must not exceed max_workers")
+        if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 8:
+            raise ValueError("admin_token must be at least 8 characters")
+        return self
+
+    @property
+    def lease_renew_s(self) -> float:
+        """How often the lease is renewed: a third of its lifetime."""
+        return self.lease_ttl_s / 3
+
+
+class AdminClientSettings(BaseSettings):
+    """Where the ``zeroserve models`` client finds the admin API.
+
+    Environment: ``ZEROSERVE_ADMIN_URL`` and ``ZEROSERVE_ADMIN_TOKEN``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ADMIN_", frozen=True)
+
+    url: str = "http://127.0.0.1:8081"
+    """Base URL of the admin API."""
+    token: SecretStr | None = None
+    """Bearer token of the admin API."""
+    timeout_s: float = Field(default=660.0, gt=0)
+    """Timeout of one admin call (a load waits for the model to be ready)."""

@@ -1,0 +1,187 @@
+"""Talking to a worker's data plane: Triton's repository load and unload, and its counters.
+
+A load is ``POST /v2/repository/models/{name}/load`` with ``storage_uri`` (and ``config``,
+a Triton ModelConfig JSON string, when the registration carries one). What the load cost in
+bytes and whether the node cache had the model is read from the worker's ``zeroserve_cache_*``
+counters just before and after the load; when other loads overlap on the same worker the
+numbers include theirs, and the report says ``cache="unknown"`` when nothing moved (a
+model read in place from a local folder) or the counters could not be read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from control_plane.errors import LoadFailedError, UpstreamError
+from control_plane.records import ModelRecord, WorkerRecord
+
+__all__ = ["LoadReport", "WorkerClient", "load_body"]
+
+logger = logging.getLogger(__name__)
+
+_COUNTERS = {
+    "zeroserve_cache_hits": "hits",
+    "zeroserve_cache_misses": "misses",
+    "zeroserve_cache_fetched_bytes": "fetched_bytes",
+}
+_FETCH_SECONDS = "zeroserve_cache_fetch_duration_seconds"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """What one load on a worker took."""
+
+    duration_s: float
+    """From the load call to the worker's answer."""
+    cache: str = "unknown"
+    """``hit``, ``miss`` or ``unknown``: did the node cache already hold the model."""
+    bytes_fetched: int | None = None
+    """Bytes downloaded into the node cache for this load; None when unknown."""
+    fetch_s: float | None = None
+    """Time spent downloading (misses only); None when unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Counters:
+    hits: float = 0.0
+    misses: float = 0.0
+    fetched_bytes: float = 0.0
+    fetch_s: float = 0.0
+
+
+def load_body(model: ModelRecord) -> dict[str, Any]:
+    """The repository-API load request for ``model``."""
+    parameters: dict[str, Any] = {"storage_uri": model.storage_uri}
+    if model.config is not None:
+        config = dict(model.config)
+        config.setdefault("name", model.name)
+        if model.backend and not config.get("backend"):
+            config["backend"] = model.backend
+        if model.platform and not config.get("platform"):
+            config["platform"] = model.platform
+        parameters["config"] = json.dumps(config)
+    return {"parameters": parameters}
+
+
+class WorkerClient:
+    """HTTP calls from the control plane to workers; owns one ``httpx.AsyncClient``."""
+
+    def __init__(
+        self,
+        *,
+        load_timeout_s: float,
+        unload_timeout_s: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._load_timeout = httpx.Timeout(5.0, read=load_timeout_s)
+        self._unload_timeout = httpx.Timeout(5.0, read=unload_timeout_s)
+        self._http = httpx.AsyncClient(
+            timeout=httpx.Timeout(5.0),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+            # Worker traffic stays on the node or in the cluster: no proxies from the env.
+            trust_env=False,
+            transport=transport,
+        )
+
+    async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
+        """Load ``model`` on ``worker``; raises ``LoadFailedError`` or ``UpstreamError``."""
+        before = await self._counters(worker)
+        started = time.monotonic()
+        try:
+            response = await self._http.post(
+                f"{worker.url}/v2/repository/models/{model.name}/load",
+                json=load_body(model),
+                timeout=self._load_timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise UpstreamError(worker=worker.id, reason=f"load call failed: {exc!r}") from exc
+        duration_s = time.monotonic() - started
+        if response.status_code != 200:
+            raise LoadFailedError(model=model.name, worker=worker.id, reason=_reason(response))
+        after = await self._counters(worker)
+        return _report(duration_s, before, after)
+
+    async def unload(self, worker: WorkerRecord, model: str) -> None:
+        """Unload ``model`` from ``worker``; the worker drains what it accepted first."""
+        try:
+            response = await self._http.post(
+                f"{worker.url}/v2/repository/models/{model}/unload",
+                json={},
+                timeout=self._unload_timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise UpstreamError(worker=worker.id, reason=f"unload call failed: {exc!r}") from exc
+        if response.status_code != 200:
+            raise UpstreamError(
+                worker=worker.id, reason=f"unload of '{model}' failed: {_reason(response)}"
+            )
+
+    async def is_live(self, url: str) -> bool:
+        """One liveness probe of the worker at ``url``."""
+        try:
+            response = await self._http.get(f"{url}/v2/health/live")
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def _counters(self, worker: WorkerRecord) -> _Counters | None:
+        try:
+            response = await self._http.get(f"{worker.url}/metrics")
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        values: dict[str, float] = {}
+        try:
+            for family in text_string_to_metric_families(response.text):
+                for sample in family.samples:
+                    key = _COUNTERS.get(family.name)
+                    if key is not None and sample.name.endswith("_total"):
+                        values[key] = values.get(key, 0.0) + sample.value
+                    elif family.name == _FETCH_SECONDS and sample.name.endswith("_sum"):
+                        values["fetch_s"] = values.get("fetch_s", 0.0) + sample.value
+        except ValueError as exc:
+            # The timeline loses its cache facts; the load itself is fine.
+            logger.warning("unreadable metrics from worker %s: %s", worker.id, exc)
+            return None
+        return _Counters(**values)
+
+
+def _report(duration_s: float, before: _Counters | None, after: _Counters | None) -> LoadReport:
+    if before is None or after is None:
+        return LoadReport(duration_s=duration_s)
+    misses = after.misses - before.misses
+    hits = after.hits - before.hits
+    fetched = int(after.fetched_bytes - before.fetched_bytes)
+    if misses > 0:
+        cache = "miss"
+    elif hits > 0:
+        cache = "hit"
+    else:
+        return LoadReport(duration_s=duration_s, bytes_fetched=fetched)
+    return LoadReport(
+        duration_s=duration_s,
+        cache=cache,
+        bytes_fetched=fetched,
+        fetch_s=max(after.fetch_s - before.fetch_s, 0.0),
+    )
+
+
+def _reason(response: httpx.Response) -> str:
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        return f"{response.status_code}: {doc['error']}"
+    return f"{response.status_code}: {response.text[:500]}"

@@ -1,0 +1,189 @@
+"""Fakes for control-plane unit tests: a recording backend and worker API, clocks, and a way
+to run an ASGI app's lifespan around in-process requests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from control_plane.backends.base import PodBackend, PoolSpec
+from control_plane.errors import LoadFailedError, NoCapacityError, UpstreamError
+from control_plane.records import ModelRecord, WorkerRecord, WorkerState
+from control_plane.settings import ControlPlaneSettings
+from control_plane.worker_client import LoadReport
+
+
+def make_settings(tmp_path: Path | None = None, **overrides: Any) -> ControlPlaneSettings:
+    """Settings for tests: no propagation pause, short drains, a token."""
+    values: dict[str, Any] = {
+        "admin_token": "test-admin-token",
+        "placement_propagation_s": 0.0,
+        "drain_timeout_s": 1.0,
+        "pool_grace_period_s": 10.0,
+        "activation_timeout_s": 30.0,
+        "cache_dir": tmp_path or Path("/nonexistent/zeroserve-test-cache"),
+        "allowed_storage": ("/models", "s3://bucket"),
+    }
+    values.update(overrides)
+    return ControlPlaneSettings(**values)
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Acting:
+    """``is_acting`` that tests flip."""
+
+    def __init__(self, is_acting: bool = True) -> None:
+        self.is_acting = is_acting
+
+
+class FakeBackend(PodBackend):
+    """Workers that exist as records only; starts and stops are recorded."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, PoolSpec] = {}
+        self.workers: dict[str, WorkerRecord] = {}
+        self.started: list[str] = []
+        self.stopped: list[str] = []
+        self.start_gate: asyncio.Event | None = None
+        self._count = 0
+
+    async def ensure_pool(self, pool: PoolSpec) -> None:
+        self.pools[pool.name] = pool
+
+    async def start_worker(self, pool: str) -> WorkerRecord:
+        spec = self.pools[pool]
+        if len(self.list_workers(pool)) >= spec.max_workers:
+            raise NoCapacityError(model="*", reason="pool full")
+        self._count += 1
+        worker = WorkerRecord(
+            id=f"w{self._count}",
+            url=f"http://worker-{self._count}",
+            pool=pool,
+            device=spec.device,
+            memory_bytes=spec.memory_bytes,
+            state=WorkerState.READY,
+            started_at=float(self._count),
+        )
+        if self.start_gate is not None:
+            await self.start_gate.wait()
+        self.workers[worker.id] = worker
+        self.started.append(worker.id)
+        return worker
+
+    async def stop_worker(self, worker_id: str) -> None:
+        if self.workers.pop(worker_id, None) is not None:
+            self.stopped.append(worker_id)
+
+    async def delete_pool(self, pool: str) -> None:
+        for worker in self.list_workers(pool):
+            await self.stop_worker(worker.id)
+
+    def list_workers(self, pool: str | None = None) -> list[WorkerRecord]:
+        return [w for w in self.workers.values() if pool is None or w.pool == pool]
+
+    async def health(self, worker_id: str) -> bool:
+        return worker_id in self.workers
+
+    def details(self, worker_id: str) -> dict[str, object]:
+        return {"fake": True} if worker_id in self.workers else {}
+
+    async def close(self) -> None:
+        self.workers.clear()
+
+    def kill(self, worker_id: str) -> None:
+        """The worker vanishes (crash)."""
+        self.workers.pop(worker_id, None)
+
+
+@dataclasses.dataclass
+class FakeWorkers:
+    """The worker HTTP API, recorded: ``events`` holds ("load"|"unload", worker, model)."""
+
+    events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    fail_loads: dict[str, str] = dataclasses.field(default_factory=dict)
+    """model -> the worker's error message."""
+    die_on_load: set[str] = dataclasses.field(default_factory=set)
+    """worker ids whose next load fails as if the worker died."""
+    load_gate: asyncio.Event | None = None
+    cache: str = "hit"
+
+    async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
+        if self.load_gate is not None:
+            await self.load_gate.wait()
+        if worker.id in self.die_on_load:
+            self.die_on_load.discard(worker.id)
+            raise UpstreamError(worker=worker.id, reason="connection reset")
+        if model.name in self.fail_loads:
+            raise LoadFailedError(
+                model=model.name, worker=worker.id, reason=self.fail_loads[model.name]
+            )
+        self.events.append(("load", worker.id, model.name))
+        return LoadReport(duration_s=0.01, cache=self.cache, bytes_fetched=0, fetch_s=0.0)
+
+    async def unload(self, worker: WorkerRecord, model: str) -> None:
+        self.events.append(("unload", worker.id, model))
+
+    def loads(self) -> list[tuple[str, str]]:
+        return [(w, m) for kind, w, m in self.events if kind == "load"]
+
+    def unloads(self) -> list[tuple[str, str]]:
+        return [(w, m) for kind, w, m in self.events if kind == "unload"]
+
+
+@contextlib.asynccontextmanager
+async def lifespan(app: ASGIApp) -> AsyncIterator[ASGIApp]:
+    """Run ``app``'s lifespan and yield an app that sees its state, as a server would.
+
+    ``httpx.ASGITransport`` runs no lifespan, so requests would not see the state.
+    """
+    state: dict[str, Any] = {}
+    to_app: asyncio.Queue[Message] = asyncio.Queue()
+    from_app: asyncio.Queue[Message] = asyncio.Queue()
+
+    async def receive() -> Message:
+        return await to_app.get()
+
+    async def send(message: Message) -> None:
+        await from_app.put(message)
+
+    async def run() -> None:
+        await app({"type": "lifespan", "state": state}, receive, send)
+
+    task = asyncio.create_task(run())
+    await to_app.put({"type": "lifespan.startup"})
+    started = await asyncio.wait_for(from_app.get(), 10)
+    assert started["type"] == "lifespan.startup.complete", started
+
+    async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
+        await app({**scope, "state": dict(state)}, receive, send)
+
+    try:
+        yield with_state
+    finally:
+        await to_app.put({"type": "lifespan.shutdown"})
+        stopped = await asyncio.wait_for(from_app.get(), 10)
+        assert stopped["type"] == "lifespan.shutdown.complete", stopped
+        await task
+
+
+def wall_now() -> float:
+    return time.time()

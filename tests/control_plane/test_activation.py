@@ -1,0 +1,174 @@
+"""The orchestrator: one activation per burst, deadlines, timelines, store requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from control_plane.activation import Orchestrator
+from control_plane.backends.base import PoolSpec
+from control_plane.errors import ActivationTimeoutError, LoadFailedError, ModelNotFoundError
+from control_plane.metrics import ControlPlaneMetrics
+from control_plane.placer import Placer
+from control_plane.records import ModelRecord
+from control_plane.store.memory import MemoryStateStore
+from tests.control_plane.fakes import Acting, FakeBackend, FakeWorkers, make_settings
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass
+class Setup:
+    store: MemoryStateStore
+    backend: FakeBackend
+    workers: FakeWorkers
+    orchestrator: Orchestrator
+    registry: CollectorRegistry
+    acting: Acting
+
+    async def register(self, name: str) -> None:
+        await self.store.create_model(ModelRecord(name=name, storage_uri=f"/models/{name}"))
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[Setup]:
+    settings = make_settings(activation_timeout_s=0.5)
+    store = MemoryStateStore()
+    backend = FakeBackend()
+    workers = FakeWorkers()
+    pool = PoolSpec(name=settings.pool, max_workers=2)
+    await backend.ensure_pool(pool)
+    registry = CollectorRegistry()
+    acting = Acting()
+    placer = Placer(store, backend, pool, workers, settings)
+    orchestrator = Orchestrator(store, placer, settings, ControlPlaneMetrics(registry), acting)
+    yield Setup(store, backend, workers, orchestrator, registry, acting)
+    await orchestrator.close()
+    await placer.close()
+    await store.close()
+
+
+async def test_a_burst_makes_one_activation(setup: Setup):
+    await setup.register("m")
+    gate = setup.workers.load_gate = asyncio.Event()
+    calls = [asyncio.create_task(setup.orchestrator("m")) for _ in range(50)]
+    await asyncio.sleep(0.05)
+    assert setup.orchestrator.pending("m") == 1
+    assert setup.orchestrator.is_activating("m")
+    gate.set()
+    await asyncio.gather(*calls)
+    assert setup.workers.loads() == [("w1", "m")]
+    assert len(await setup.store.list_activations("m")) == 1
+    assert not setup.orchestrator.is_activating("m")
+
+
+async def test_an_active_model_is_not_activated_again(setup: Setup):
+    await setup.register("m")
+    first = await setup.orchestrator.activate("m")
+    second = await setup.orchestrator.activate("m")
+    assert first == second
+    assert setup.workers.loads() == [("w1", "m")]
+
+
+async def test_a_caller_giving_up_does_not_cancel_the_activation(setup: Setup):
+    await setup.register("m")
+    gate = setup.workers.load_gate = asyncio.Event()
+    impatient = asyncio.create_task(setup.orchestrator.activate("m"))
+    await asyncio.sleep(0.05)
+    impatient.cancel()
+    await asyncio.gather(impatient, return_exceptions=True)
+    patient = asyncio.create_task(setup.orchestrator.activate("m"))
+    gate.set()
+    placement = await patient
+    assert placement.worker_id == "w1"
+    assert setup.workers.loads() == [("w1", "m")]
+
+
+async def test_unknown_model(setup: Setup):
+    with pytest.raises(ModelNotFoundError):
+        await setup.orchestrator.activate("nope")
+    timelines = await setup.store.list_activations("nope")
+    assert timelines[0]["outcome"] == "failed"
+
+
+async def test_deadline(setup: Setup):
+    await setup.register("m")
+    setup.workers.load_gate = asyncio.Event()  # never set
+    with pytest.raises(ActivationTimeoutError, match="within 0.5 s"):
+        await setup.orchestrator.activate("m")
+    [timeline] = await setup.store.list_activations("m")
+    assert timeline["outcome"] == "failed"
+    assert "did not finish" in timeline["error"]
+
+
+async def test_failure_is_recorded_and_raised(setup: Setup):
+    await setup.register("m")
+    setup.workers.fail_loads["m"] = "400: broken model"
+    with pytest.raises(LoadFailedError):
+        await setup.orchestrator.activate("m")
+    [timeline] = await setup.store.list_activations("m")
+    assert timeline["outcome"] == "failed"
+    assert "broken model" in timeline["error"]
+    count = setup.registry.get_sample_value(
+        "zeroserve_activations_total", {"outcome": "failed", "trigger": "request"}
+    )
+    assert count == 1.0
+
+
+async def test_timeline_phases_are_ordered(setup: Setup):
+    await setup.register("m")
+    await setup.orchestrator.activate("m", trigger="admin")
+    [timeline] = await setup.store.list_activations("m")
+    assert timeline["trigger"] == "admin"
+    times = [p["at_s"] for p in timeline["phases"]]
+    assert times == sorted(times)
+    assert timeline["durations_s"]["worker"] <= timeline["durations_s"]["total"]
+    assert timeline["worker"]["started"] is True
+
+
+async def test_blocked_models_are_not_activated(setup: Setup):
+    await setup.register("m")
+    setup.orchestrator.block("m")
+    with pytest.raises(ModelNotFoundError):
+        await setup.orchestrator.activate("m")
+    setup.orchestrator.unblock("m")
+    await setup.orchestrator.activate("m")
+
+
+async def test_add_replicas(setup: Setup):
+    await setup.register("m")
+    await setup.orchestrator.activate("m")
+    setup.orchestrator.add_replicas("m", 1)
+    assert setup.orchestrator.pending("m") == 1
+    await setup.orchestrator.settle("m")
+    assert sorted(p.worker_id for p in await setup.store.list_placements("m")) == ["w1", "w2"]
+
+
+async def test_requests_through_the_store_are_served_while_acting(setup: Setup):
+    await setup.register("m")
+    await setup.register("n")
+    runner = asyncio.create_task(setup.orchestrator.run())
+    await asyncio.sleep(0)
+    await setup.store.request_activation("m")
+    for _ in range(200):
+        if await setup.store.list_placements("m"):
+            break
+        await asyncio.sleep(0.01)
+    assert [p.model for p in await setup.store.list_placements()] == ["m"]
+    setup.acting.is_acting = False
+    await setup.store.request_activation("n")
+    await asyncio.sleep(0.5)
+    assert await setup.store.list_placements("n") == []
+    # Acting again (a failover): the request still pending is served, not forgotten.
+    setup.acting.is_acting = True
+    for _ in range(300):
+        if await setup.store.list_placements("n"):
+            break
+        await asyncio.sleep(0.01)
+    assert [p.model for p in await setup.store.list_placements("n")] == ["n"]
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)

@@ -1,0 +1,78 @@
+"""Each control-plane module's public surface is what its ``__all__`` says (STYLE C23)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+EXPORTS = {
+    "control_plane.activation": {"Acting", "Orchestrator", "ReplicaPlacer"},
+    "control_plane.admin": {"Acting", "ActivationControl", "AdminService", "ReplicaControl"},
+    "control_plane.api.app": {"OPENAPI_PATH", "Acting", "AdminState", "create_app"},
+    "control_plane.api.auth": {"BearerAuth"},
+    "control_plane.api.client": {"AdminApiError", "AdminClient", "run"},
+    "control_plane.api.http_errors": {
+        "STATUS",
+        "error_response",
+        "from_error",
+        "handle_http_exception",
+        "handle_unexpected",
+        "handle_zeroserve_error",
+        "status_for",
+    },
+    "control_plane.api.openapi": {"openapi_document"},
+    "control_plane.api.routes": {"routes"},
+    "control_plane.autoscaler.loop": {
+        "Acting",
+        "AutoscalerLoop",
+        "ReplicaRetirer",
+        "ReplicaStarter",
+    },
+    "control_plane.backends.base": {"PodBackend", "PoolSpec", "WorkerLost"},
+    "control_plane.backends.local": {"LocalBackend", "free_port"},
+    "control_plane.errors": {
+        "ActivationTimeoutError",
+        "ConflictError",
+        "InvalidInputError",
+        "LoadFailedError",
+        "ModelExistsError",
+        "ModelNotFoundError",
+        "NoCapacityError",
+        "NotActingError",
+        "SchemaValidationError",
+        "UnauthorizedError",
+        "UnavailableError",
+        "UpstreamError",
+        "WorkerStartError",
+        "ZeroserveError",
+    },
+    "control_plane.lease": {"Lease"},
+    "control_plane.metrics": {"ControlPlaneMetrics"},
+    "control_plane.placer": {"PlaceResult", "Placer", "WorkerApi"},
+    "control_plane.platform": {
+        "Platform",
+        "bind_socket",
+        "default_repository",
+        "ensure_admin_token",
+        "serve",
+    },
+    "control_plane.reaper": {"Acting", "Activations", "Liveness", "Reaper", "ReplicaRetirer"},
+    "control_plane.settings": {"AdminClientSettings", "ControlPlaneSettings"},
+    "control_plane.worker_client": {"LoadReport", "WorkerClient", "load_body"},
+}
+
+
+@pytest.mark.parametrize("module", sorted(EXPORTS))
+def test_all(module: str):
+    imported = importlib.import_module(module)
+    assert set(imported.__all__) == EXPORTS[module]
+    for name in imported.__all__:
+        assert hasattr(imported, name), name
+
+
+def test_schemas_export_every_public_model():
+    schemas = importlib.import_module("control_plane.api.schemas")
+    for name in schemas.__all__:
+        assert hasattr(schemas, name), name
+    assert {"ModelCreate", "ModelPatch", "ModelView", "ErrorBody"} <= set(schemas.__all__)

@@ -1,0 +1,232 @@
+"""The reaper: idle models go to zero, idle workers go away, warm workers stay."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from control_plane.backends.base import PoolSpec
+from control_plane.metrics import ControlPlaneMetrics
+from control_plane.placer import Placer
+from control_plane.reaper import Reaper
+from control_plane.records import (
+    ModelRecord,
+    Placement,
+    ScalingSpec,
+    TrafficReport,
+    WorkerRecord,
+    WorkerState,
+)
+from control_plane.store.memory import MemoryStateStore
+from tests.control_plane.fakes import Acting, FakeBackend, FakeClock, FakeWorkers, make_settings
+
+pytestmark = pytest.mark.anyio
+
+IDLE_S = 30.0
+REPORT_TTL_S = 5.0
+
+
+class NoActivations:
+    def __init__(self) -> None:
+        self.models: set[str] = set()
+
+    def is_activating(self, model: str) -> bool:
+        return model in self.models
+
+
+class Liveness:
+    def __init__(self) -> None:
+        self.live: set[str] = set()
+
+    async def is_live(self, url: str) -> bool:
+        return url in self.live
+
+
+class Setup:
+    def __init__(self, **overrides: Any) -> None:
+        self.settings = make_settings(**overrides)
+        self.wall = FakeClock(1_000_000.0)
+        self.mono = FakeClock(500.0)
+        self.store = MemoryStateStore(traffic_ttl_s=REPORT_TTL_S, clock=self.mono)
+        self.backend = FakeBackend()
+        self.workers = FakeWorkers()
+        self.pool = PoolSpec(name="default", max_workers=self.settings.max_workers)
+        self.placer = Placer(
+            self.store, self.backend, self.pool, self.workers, self.settings, wall=self.wall
+        )
+        self.activations = NoActivations()
+        self.liveness = Liveness()
+        self.acting = Acting()
+        self.reaper = Reaper(
+            self.store,
+            self.placer,
+            self.backend,
+            self.activations,
+            self.liveness,
+            self.settings,
+            ControlPlaneMetrics(CollectorRegistry()),
+            self.acting,
+            clock=self.mono,
+            wall=self.wall,
+        )
+
+    async def __aenter__(self) -> Setup:
+        await self.backend.ensure_pool(self.pool)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.reaper.close()
+        await self.placer.close()
+        await self.store.close()
+
+    async def place(self, name: str, **scaling: Any) -> None:
+        record = ModelRecord(
+            name=name,
+            storage_uri=f"/models/{name}",
+            scaling=ScalingSpec(idle_timeout_s=IDLE_S, **scaling),
+        )
+        await self.store.create_model(record)
+        await self.placer.place(record)
+
+    async def traffic(self, model: str, in_flight: int, *, ago_s: float = 0.0) -> None:
+        at = self.wall.now - ago_s
+        await self.store.report_traffic(TrafficReport(model, "a1", in_flight, at, self.wall.now))
+
+    async def sweep(self) -> None:
+        await self.reaper.sweep()
+        await self.reaper.settle()
+
+    async def placed(self) -> set[str]:
+        return {p.model for p in await self.store.list_placements()}
+
+
+async def test_idle_model_is_unloaded_after_its_timeout_not_before():
+    async with Setup() as s:
+        await s.place("m")
+        await s.traffic("m", 0)
+        s.wall.advance(IDLE_S - 1)
+        await s.sweep()
+        assert await s.placed() == {"m"}
+        s.wall.advance(2)
+        await s.sweep()
+        assert await s.placed() == set()
+        assert s.workers.unloads() == [("w1", "m")]
+
+
+async def test_in_flight_requests_keep_a_model():
+    async with Setup() as s:
+        await s.place("m")
+        await s.traffic("m", 1, ago_s=10 * IDLE_S)
+        s.wall.advance(10 * IDLE_S)
+        await s.sweep()
+        assert await s.placed() == {"m"}
+
+
+async def test_activity_is_remembered_after_reports_lapse():
+    async with Setup() as s:
+        await s.place("m")
+        s.wall.advance(IDLE_S)
+        await s.traffic("m", 1)
+        await s.sweep()
+        s.mono.advance(REPORT_TTL_S + 1)  # the report expires from the store
+        assert await s.store.traffic("m") == []
+        s.wall.advance(IDLE_S / 2)
+        await s.sweep()
+        # Idle since the last request seen, not since the (older) placement.
+        assert await s.placed() == {"m"}
+        s.wall.advance(IDLE_S / 2 + 1)
+        await s.sweep()
+        assert await s.placed() == set()
+
+
+async def test_min_replicas_keep_a_model():
+    async with Setup() as s:
+        await s.place("m", min_replicas=1, max_replicas=1)
+        s.wall.advance(10 * IDLE_S)
+        await s.sweep()
+        assert await s.placed() == {"m"}
+
+
+async def test_a_model_being_activated_is_left_alone():
+    async with Setup() as s:
+        await s.place("m")
+        s.activations.models.add("m")
+        s.wall.advance(10 * IDLE_S)
+        await s.sweep()
+        assert await s.placed() == {"m"}
+
+
+async def test_replicas_of_deleted_models_are_retired():
+    async with Setup() as s:
+        await s.place("m")
+        await s.store.delete_model("m")
+        # delete_model drops placements itself; put one back as a leftover
+        await s.store.add_placement(Placement(model="m", worker_id="w1", url="http://worker-1"))
+        await s.sweep()
+        assert await s.placed() == set()
+        assert s.workers.unloads() == [("w1", "m")]
+
+
+async def test_an_empty_worker_is_stopped_after_the_grace_period():
+    async with Setup(pool_grace_period_s=10.0) as s:
+        await s.place("m")
+        s.wall.advance(IDLE_S + 1)
+        await s.sweep()  # the model goes; the worker is empty from now on
+        await s.sweep()
+        assert s.backend.stopped == []
+        s.mono.advance(9)
+        await s.sweep()
+        assert s.backend.stopped == []
+        s.mono.advance(2)
+        await s.sweep()
+        assert s.backend.stopped == ["w1"]
+        assert await s.store.list_workers() == []
+
+
+async def test_warm_workers_are_kept_and_started():
+    async with Setup(pool_grace_period_s=0.0, warm_workers=1) as s:
+        await s.sweep()
+        assert s.backend.started == ["w1"]  # one warm worker started
+        await s.sweep()
+        assert s.backend.started == ["w1"]
+        assert s.backend.stopped == []
+        await s.place("m")  # takes the warm worker
+        await s.sweep()
+        assert s.backend.started == ["w1", "w2"]  # a new warm one
+        s.wall.advance(IDLE_S + 1)
+        await s.sweep()  # m goes: two empty workers, one is kept
+        await s.sweep()
+        assert len(s.backend.stopped) == 1
+        assert len(s.backend.list_workers()) == 1
+
+
+async def test_nothing_happens_while_not_acting():
+    async with Setup() as s:
+        await s.place("m")
+        s.acting.is_acting = False
+        s.wall.advance(10 * IDLE_S)
+        # run() checks acting; sweep() is the unconditional seam, so drive run() briefly.
+        task = asyncio.create_task(s.reaper.run())
+        await asyncio.sleep(s.settings.reaper_interval_s * 1.5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert await s.placed() == {"m"}
+
+
+async def test_dead_workers_of_another_replica_are_removed():
+    async with Setup(worker_health_failures=2) as s:
+        await s.place("m")
+        foreign = WorkerRecord(id="other-1", url="http://other-1", state=WorkerState.READY)
+        alive = WorkerRecord(id="other-2", url="http://other-2", state=WorkerState.READY)
+        s.liveness.live.add("http://other-2")
+        for worker in (foreign, alive):
+            await s.store.put_worker(worker)
+            await s.store.add_placement(Placement(model="m", worker_id=worker.id, url=worker.url))
+        await s.sweep()
+        assert {w.id for w in await s.store.list_workers()} == {"w1", "other-1", "other-2"}
+        await s.sweep()
+        assert {w.id for w in await s.store.list_workers()} == {"w1", "other-2"}
+        assert {p.worker_id for p in await s.store.list_placements()} == {"w1", "other-2"}
