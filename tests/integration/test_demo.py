@@ -1,4 +1,5 @@
-"""The README's first command: ``zeroserve serve --demo`` serves a model that answers."""
+"""The README's first command (``zeroserve up --demo``) and ``zeroserve serve --demo``: each
+prints a curl line, and that line gets an answer."""
 
 from __future__ import annotations
 
@@ -18,12 +19,28 @@ from tests.integration.conftest import free_port
 pytestmark = pytest.mark.integration
 
 
-def test_demo_serves_the_curl_line_it_prints(tmp_path: Path):
+@pytest.mark.parametrize("command", ["up", "serve"])
+def test_demo_answers_the_curl_line_it_prints(tmp_path: Path, command: str):
     port = free_port()
     log_path = tmp_path / "demo.log"
+    if command == "up":
+        args = [
+            "up",
+            "--demo",
+            "--port",
+            str(port),
+            "--admin-port",
+            str(free_port()),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+        ready_path = "/v2/health/live"
+    else:
+        args = ["serve", "--demo", "--http-port", str(port)]
+        ready_path = "/v2/health/ready"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "zeroserve.cli", "serve", "--demo", "--http-port", str(port)],
+            [sys.executable, "-m", "zeroserve.cli", *args],
             cwd=tmp_path,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -35,7 +52,8 @@ def test_demo_serves_the_curl_line_it_prints(tmp_path: Path):
         while time.monotonic() < deadline:
             assert process.poll() is None, log_path.read_text()
             try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200:
+                ready = httpx.get(f"{url}{ready_path}", timeout=2).status_code == 200
+                if ready and "curl -s" in log_path.read_text():
                     break
             except httpx.TransportError:
                 pass
@@ -45,15 +63,17 @@ def test_demo_serves_the_curl_line_it_prints(tmp_path: Path):
         printed = log_path.read_text()
         match = re.search(r"curl -s -X POST (\S+) -d '(.+)'", printed)
         assert match, printed
-        response = httpx.post(match.group(1), content=match.group(2), timeout=30)
+        # Through `up` the model is scaled to zero: this request is its cold start.
+        response = httpx.post(match.group(1), content=match.group(2), timeout=120)
         assert response.status_code == 200, response.text
         output = response.json()["outputs"][0]
         assert output["name"] == "OUTPUT0" and output["shape"] == [1, 3]
-        assert (tmp_path / "demo-models" / "demo_mlp" / "1" / "model.onnx").is_file()
+        if command == "serve":
+            assert (tmp_path / "demo-models" / "demo_mlp" / "1" / "model.onnx").is_file()
     finally:
         process.send_signal(signal.SIGTERM)
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=30)
