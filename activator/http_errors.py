@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,10 +18,11 @@ from activator.errors import (
     UpstreamTimeoutError,
     ZeroserveError,
 )
+from zeroserve.http import error_response, status_for as _status_for
 
 logger = logging.getLogger(__name__)
 
-_STATUS: dict[type[ZeroserveError], int] = {
+_STATUS: dict[type[BaseException], int] = {
     RequestTooLargeError: 413,
     InvalidInputError: 400,
     ModelNotFoundError: 404,
@@ -35,21 +35,7 @@ _STATUS: dict[type[ZeroserveError], int] = {
 
 def status_for(error: ZeroserveError) -> int:
     """The HTTP status of ``error``: the nearest class in its MRO with a mapping, else 500."""
-    for cls in type(error).__mro__:
-        status = _STATUS.get(cls)
-        if status is not None:
-            return status
-    return 500
-
-
-def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
-    """The OIP error body ``{"error": "<message>"}`` as application/json."""
-    return Response(
-        orjson.dumps({"error": message}),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+    return _status_for(error, _STATUS)
 
 
 def from_error(error: ZeroserveError) -> Response:

@@ -5,37 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from types import FrameType
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
+from zeroserve.http import DrainingServer
 
 logger = logging.getLogger(__name__)
-
-
-class DrainingServer(uvicorn.Server):
-    """On SIGTERM/SIGINT: fail readiness, wait for it to propagate, then stop accepting.
-
-    uvicorn then waits (bounded by ``exit_timeout_s``) for in-flight requests, buffered
-    ones included, and the app's lifespan fails whatever still waits with a 503.
-    """
-
-    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, propagation_s: float):
-        super().__init__(config)
-        self._lifecycle = lifecycle
-        self._propagation_s = propagation_s
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._lifecycle.is_stopping or self._propagation_s <= 0:
-            self._lifecycle.is_stopping = True
-            super().handle_exit(sig, frame)
-            return
-        self._lifecycle.is_stopping = True
-        logger.info("readiness failed; stopping in %.1f s", self._propagation_s)
-        asyncio.get_running_loop().call_later(self._propagation_s, super().handle_exit, sig, frame)
 
 
 def create_server(

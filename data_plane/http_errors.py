@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -18,36 +17,24 @@ from data_plane.errors import (
     UnsupportedError,
     ZeroserveError,
 )
+from zeroserve.http import error_response, status_for as _status_for
 
 logger = logging.getLogger(__name__)
 
-_STATUS: tuple[tuple[type[ZeroserveError], int], ...] = (
-    (InvalidArgumentError, 400),
-    (ModelLoadError, 400),
-    (NotFoundError, 404),
-    (UnavailableError, 503),
-    (UnsupportedError, 501),
-    (InternalError, 500),
-)
+STATUS: dict[type[BaseException], int] = {
+    InvalidArgumentError: 400,
+    ModelLoadError: 400,
+    NotFoundError: 404,
+    UnavailableError: 503,
+    UnsupportedError: 501,
+    InternalError: 500,
+}
+"""Error class -> status; a subclass takes the status of its nearest mapped ancestor."""
 
 
 def status_for(error: ZeroserveError) -> int:
-    """The HTTP status of ``error``: the first class in its MRO with a mapping."""
-    for cls in type(error).__mro__:
-        for mapped, status in _STATUS:
-            if cls is mapped:
-                return status
-    return 500
-
-
-def error_response(message: str, status: int, headers: dict[str, str] | None = None) -> Response:
-    """Triton's error body: ``{"error": "<message>"}`` as application/json."""
-    return Response(
-        orjson.dumps({"error": message}),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+    """The HTTP status of ``error`` (Triton's codes for Triton's error kinds)."""
+    return _status_for(error, STATUS)
 
 
 def from_error(error: ZeroserveError) -> Response:

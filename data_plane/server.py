@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from types import FrameType
 
 import uvicorn
 
@@ -13,30 +11,9 @@ from data_plane.devices import cuda_device_count
 from data_plane.metrics import Metrics
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
+from zeroserve.http import DrainingServer
 
 logger = logging.getLogger(__name__)
-
-
-class _DrainingServer(uvicorn.Server):
-    """On SIGTERM/SIGINT: fail readiness, wait for it to propagate, then stop accepting.
-
-    uvicorn then waits (bounded by ``timeout_graceful_shutdown``) for in-flight requests,
-    and the app's lifespan drains the batchers and releases the engines.
-    """
-
-    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, propagation_s: float):
-        super().__init__(config)
-        self._lifecycle = lifecycle
-        self._propagation_s = propagation_s
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._lifecycle.is_stopping or self._propagation_s <= 0:
-            self._lifecycle.is_stopping = True
-            super().handle_exit(sig, frame)
-            return
-        self._lifecycle.is_stopping = True
-        logger.info("readiness failed; stopping in %.1f s", self._propagation_s)
-        asyncio.get_running_loop().call_later(self._propagation_s, super().handle_exit, sig, frame)
 
 
 def run(settings: DataPlaneSettings) -> None:
@@ -60,5 +37,5 @@ def run(settings: DataPlaneSettings) -> None:
         timeout_graceful_shutdown=max(int(settings.exit_timeout_s), 1),
         backlog=2048,
     )
-    server = _DrainingServer(config, lifecycle, settings.readiness_propagation_s)
+    server = DrainingServer(config, lifecycle, settings.readiness_propagation_s)
     server.run()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
@@ -25,6 +24,7 @@ from control_plane.errors import (
     UpstreamError,
     ZeroserveError,
 )
+from zeroserve.http import error_response, status_for as _status_for
 
 __all__ = [
     "STATUS",
@@ -38,7 +38,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-STATUS: dict[type[ZeroserveError], int] = {
+STATUS: dict[type[BaseException], int] = {
     InvalidInputError: 400,
     SchemaValidationError: 422,
     UnauthorizedError: 401,
@@ -52,26 +52,7 @@ STATUS: dict[type[ZeroserveError], int] = {
 
 def status_for(error: ZeroserveError) -> int:
     """The HTTP status of ``error``: the first class in its MRO with a mapping."""
-    for cls in type(error).__mro__:
-        status = STATUS.get(cls)
-        if status is not None:
-            return status
-    return 500
-
-
-def error_response(
-    message: str,
-    status: int,
-    headers: dict[str, str] | None = None,
-    extra: dict[str, Any] | None = None,
-) -> Response:
-    """``{"error": message, **extra}`` as application/json."""
-    return Response(
-        orjson.dumps({"error": message, **(extra or {})}),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+    return _status_for(error, STATUS)
 
 
 def from_error(error: ZeroserveError) -> Response:

@@ -20,10 +20,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from data_plane import inference
 from data_plane.compression import choose_response_encoding, decode_body, encode_body
 from data_plane.errors import ServerStoppingError, ZeroserveError
-from data_plane.http_errors import error_response, from_error
+from data_plane.http_errors import from_error
 from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
 from data_plane.routes.body import ClientDisconnectedError, read_asgi_body
 from data_plane.state import ServerState
+from zeroserve.http import error_response
 
 logger = logging.getLogger(__name__)
 
