@@ -424,16 +424,22 @@ async def test_models_mixing_bf16_and_bytes_are_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("parameter", "expected"),
-    [pytest.param(None, "0", id="default-off"), pytest.param("true", "1", id="opted-in")],
+    ("parameter", "weight_bytes", "expected"),
+    [
+        pytest.param(None, 2**20, "0", id="small-model-off"),
+        pytest.param(None, 64 * 2**20, "1", id="large-model-on"),
+        pytest.param("true", 2**20, "1", id="small-model-opted-in"),
+        pytest.param("false", 64 * 2**20, "0", id="large-model-opted-out"),
+    ],
 )
-def test_thread_spinning_is_off_unless_the_model_asks(
-    tmp_path: Path, parameter: str | None, expected: str
+def test_thread_spinning_follows_the_model_size_unless_configured(
+    tmp_path: Path, parameter: str | None, weight_bytes: int, expected: str
 ) -> None:
     config = read_config(write_onnx_mlp(tmp_path, "mlp"))
     if parameter is not None:
         config.parameters["allow_spinning"].string_value = parameter
     runtime = OnnxRuntime(name="mlp", version=1, options=RuntimeOptions())
+    runtime._weight_bytes = weight_bytes
     options = runtime._session_options(config)
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
     assert options.get_session_config_entry("session.inter_op.allow_spinning") == expected
