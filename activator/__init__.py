@@ -1,8 +1,11 @@
 """The public front door: one endpoint for every registered model, awake or not.
 
-Owns the request path in front of the workers: routing by model name, least-outstanding
-load balancing over ready replicas (``lb``), the per-model buffer that holds requests
-while a model is activated (``buffer``), the streaming proxy (``proxy``), the local view
-of placements and model names (``placements``), and the traffic reports that feed the
-autoscaler and the reaper (``traffic``).
+Owns the request path in front of the workers: routing by model name (``routes``),
+least-outstanding load balancing over ready replicas (``lb``), the per-model buffer that
+holds requests while a model is activated (``buffer``), the streaming proxy (``proxy``),
+the local view of placements and model names (``placements``), and the reports to the
+control plane: traffic, which feeds the autoscaler and the reaper, and each cold start's
+first response, which closes its timeline (``traffic``). It runs inside ``zeroserve up``
+or alone (``zeroserve activator``), then talking to the control plane only through the
+shared state store.
 """

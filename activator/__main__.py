@@ -1,16 +1,18 @@
-"""``python -m activator``: the activator in front of a shared state store (cluster mode)."""
+"""``python -m activator``: the same as ``zeroserve activator``; the composition root of a
+standalone activator (cluster mode).
+
+A standalone activator reaches the control plane only through the shared state store: it
+follows placements, asks for activations with ``store.request_activation`` (the acting
+control plane consumes them with ``subscribe_activation_requests``) and reports traffic and
+first responses there.
+"""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import os
-import socket
 import sys
 from collections.abc import Sequence
-
-from pydantic import ValidationError
 
 from activator.app import create_app
 from activator.server import create_server, loop_factory
@@ -18,16 +20,14 @@ from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m activator", description="the public endpoint that wakes models"
-    )
-    parser.add_argument("--state", default=None, help="state store URL: redis://... or memory://")
-    parser.add_argument("--host", default=None)
-    parser.add_argument("--port", type=int, default=None)
-    parser.add_argument("--activator-id", default=None, help="default: <hostname>-<pid>")
-    parser.add_argument("--log-level", default="info")
-    return parser
+def serve(settings: ActivatorSettings, activator_id: str) -> int:
+    """Serve until SIGINT or SIGTERM (draining first); the exit status."""
+    # One line per proxied request would drown the log (and cost time), as in ``up``.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(_serve(settings, activator_id))
+    return 0
 
 
 async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
@@ -49,25 +49,10 @@ async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    overrides = {
-        key: value
-        for key, value in (("state_url", args.state), ("host", args.host), ("port", args.port))
-        if value is not None
-    }
-    try:
-        settings = ActivatorSettings(**overrides)
-    except ValidationError as exc:
-        print(f"activator: invalid settings:\n{exc}", file=sys.stderr)
-        return 2
-    activator_id = args.activator_id or f"{socket.gethostname()}-{os.getpid()}"
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(_serve(settings, activator_id))
-    return 0
+    """``zeroserve activator`` with ``argv`` (default: this process's arguments)."""
+    from zeroserve.cli import main as cli_main
+
+    return cli_main(["activator", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

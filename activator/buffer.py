@@ -9,8 +9,10 @@ a fresh replica takes the backlog at the rate it answers, not all at once. Once 
 is empty the model's requests go straight to its replicas again, without slots.
 
 Each waiter has a deadline; an activation that raises or outlasts ``activation_timeout_s``
-fails every waiter of its burst. Everything here runs on one event loop without locks:
-the methods that touch a queue never await in between.
+fails every waiter of its burst. The first response to a request of a burst that asked for
+an activation is the cold start's first response; :meth:`Grant.responded` tells it apart.
+Everything here runs on one event loop without locks: the methods that touch a queue never
+await in between.
 """
 
 from __future__ import annotations
@@ -69,6 +71,19 @@ class Grant:
             self._is_released = True
             self._buffer._give_back(self._queue, self.replica)
 
+    def responded(self) -> float | None:
+        """Note that the request got its response (the status line arrived).
+
+        For the first response of a burst that asked for an activation, the seconds since
+        it asked: the cold start as the burst saw it, which the activator reports. None for
+        every other response.
+        """
+        asked_at = self._queue.activation_asked_at
+        if asked_at is None:
+            return None
+        self._queue.activation_asked_at = None
+        return asyncio.get_running_loop().time() - asked_at
+
 
 class _Waiter(NamedTuple):
     future: asyncio.Future[Grant]
@@ -78,7 +93,7 @@ class _Waiter(NamedTuple):
 class _Queue:
     """One model's waiting requests and the release slots of its replicas."""
 
-    __slots__ = ("is_activating", "model", "slots", "waiters", "waiting")
+    __slots__ = ("activation_asked_at", "is_activating", "model", "slots", "waiters", "waiting")
 
     def __init__(self, model: str, slots: dict[Replica, int]) -> None:
         self.model = model
@@ -90,6 +105,9 @@ class _Queue:
         """Free release slots per known replica."""
         self.is_activating = False
         """An activation was asked for this burst and no replica has answered it yet."""
+        self.activation_asked_at: float | None = None
+        """Event-loop time the burst asked for an activation, until a granted request of
+        the burst got its response."""
 
 
 class Buffer:
@@ -249,6 +267,8 @@ class Buffer:
         if queue.slots or queue.is_activating:
             return
         queue.is_activating = True
+        if queue.activation_asked_at is None:
+            queue.activation_asked_at = asyncio.get_running_loop().time()
         task = asyncio.create_task(self._activate_once(queue), name=f"activate-{queue.model}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

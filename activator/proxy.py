@@ -150,6 +150,10 @@ class Proxy:
                 if grant is not None:
                     grant.release()
                 raise
+            if grant is not None:
+                waited_s = grant.responded()
+                if waited_s is not None:
+                    self._traffic.first_response(model, replica.worker_id, waited_s)
             return _UpstreamResponse(
                 upstream, partial(self._finish, model, replica, grant, upstream)
             )

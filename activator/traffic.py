@@ -4,7 +4,8 @@ Requests count from arrival to the end of their response, buffered time included
 request waiting for a cold model is demand the autoscaler must see. Each report round
 sends one :class:`TrafficReport` per model that had requests in flight or any arrival or
 completion since the previous round; a model that went quiet is reported once with zero
-in flight and then no more, so idle models cost the store nothing.
+in flight and then no more, so idle models cost the store nothing. The same rounds send
+the first response of each cold start (:class:`FirstResponse`), which closes its timeline.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from control_plane.records import TrafficReport
+from control_plane.records import FirstResponse, TrafficReport
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,8 @@ class TrafficSink(Protocol):
     """Where reports go (``StateStore`` is one)."""
 
     async def report_traffic(self, report: TrafficReport) -> None: ...
+
+    async def report_first_response(self, report: FirstResponse) -> None: ...
 
 
 class _Counter:
@@ -58,6 +61,8 @@ class Traffic:
         self._interval_s = interval_s
         self._clock = clock
         self._counters: dict[str, _Counter] = {}
+        self._first_responses: dict[str, FirstResponse] = {}
+        """model -> its cold start's first response, until sent (one per model: bounded)."""
 
     def begin(self, model: str) -> None:
         """A request for ``model`` arrived."""
@@ -73,6 +78,19 @@ class Traffic:
         counter = self._counters[model]
         counter.in_flight -= 1
         counter.is_dirty = True
+
+    def first_response(self, model: str, worker_id: str, waited_s: float) -> None:
+        """A request of a burst that waited for ``model`` to be activated got the burst's
+        first response, from ``worker_id``, ``waited_s`` after the activation was asked for.
+        Sent in the next round; while one is unsent, later ones for the model are dropped."""
+        if model not in self._first_responses:
+            self._first_responses[model] = FirstResponse(
+                model=model,
+                activator_id=self._activator_id,
+                worker_id=worker_id,
+                responded_at=self._clock(),
+                waited_s=waited_s,
+            )
 
     def in_flight(self, model: str) -> int:
         counter = self._counters.get(model)
@@ -106,3 +124,10 @@ class Traffic:
                 continue
             if counter.in_flight == 0 and not counter.is_dirty:
                 del self._counters[model]
+        for model, first in list(self._first_responses.items()):
+            try:
+                await self._sink.report_first_response(first)
+            except Exception:
+                logger.warning("first-response report for %s failed", model, exc_info=True)
+                continue
+            del self._first_responses[model]

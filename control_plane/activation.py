@@ -12,13 +12,16 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
     {"id", "model", "generation", "trigger", "outcome": "ready" | "revived" | "failed",
      "error", "queued_at" (wall clock), "worker": {"id", "url", "started"},
      "cache": "hit" | "miss" | "unknown", "bytes_fetched",
-     "phases": [{"phase": "queued" | "worker_ready" | "fetched" | "engine_built" | "ready",
+     "phases": [{"phase": "queued" | "worker_ready" | "fetched" | "engine_built" | "ready"
+                          | "first_response",
                  "at_s": seconds since queued}, ...],
-     "durations_s": {"worker", "fetch", "engine", "load", "total"}}
+     "durations_s": {"worker", "fetch", "engine", "load", "total", "first_response"}}
 
 ``fetched`` (and the fetch/engine split) appear only when the worker's cache counters moved
-during the load; see ``worker_client``. The time to the first response is the activator's to
-see and is not recorded here.
+during the load; see ``worker_client``. ``first_response`` is added later, when an activator
+reports (``store.subscribe_first_responses()``) that a request it buffered for the cold start
+got its answer from the new replica; its duration, like ``total``, counts from ``queued``.
+Activators report on their own wall clocks, so hosts are assumed to keep time (NTP).
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol, TypeVar
 
 from control_plane.errors import ActivationTimeoutError, ModelNotFoundError, ZeroserveError
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placer import PlaceResult
-from control_plane.records import ModelRecord, Placement
+from control_plane.records import FirstResponse, ModelRecord, Placement
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 
@@ -42,8 +45,13 @@ __all__ = ["Acting", "Orchestrator", "ReplicaPlacer"]
 
 logger = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 _ACTING_POLL_S = 0.2
 """How often a replica that does not act checks whether it does now."""
+
+_SUCCESS = ("ready", "revived")
+"""Outcomes of an activation that left a replica in place."""
 
 
 class ReplicaPlacer(Protocol):
@@ -91,6 +99,8 @@ class Orchestrator:
         self._running: dict[str, set[asyncio.Task[Placement]]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._blocked: set[str] = set()
+        self._closing: dict[str, asyncio.Task[None]] = {}
+        """model -> the first response being recorded into its timeline."""
 
     # ---- asking ----
 
@@ -147,34 +157,66 @@ class Orchestrator:
     def unblock(self, model: str) -> None:
         self._blocked.discard(model)
 
+    def first_response(self, report: FirstResponse) -> None:
+        """``record_first_response`` in the background, for reports that arrive through the
+        store. While a report of the model is being recorded, others for it are dropped."""
+        if report.model in self._closing:
+            return
+        task = asyncio.create_task(
+            self._record_quietly(report), name=f"first-response-{report.model}"
+        )
+        self._closing[report.model] = task
+        task.add_done_callback(lambda _: self._closing.pop(report.model, None))
+        self._keep(task)
+
     # ---- serving the store's requests ----
 
     async def run(self) -> None:
-        """Serve activation requests published in the store while acting; runs until
-        cancelled.
+        """Serve what activators publish in the store while acting: activation requests
+        and first responses; runs until cancelled.
 
-        The subscription is held only while this replica acts. A request seen while not
-        acting ends it; subscribing again once acting replays every request still pending,
-        so one made during a failover waits for the new acting replica, not for its pending
-        period to lapse.
+        The subscriptions are held only while this replica acts. An item seen while not
+        acting ends its subscription; subscribing again once acting replays every request
+        still pending (and first response still kept), so one made during a failover waits
+        for the new acting replica, not for its pending period to lapse.
         """
+        async with asyncio.TaskGroup() as group:
+            group.create_task(
+                self._follow(
+                    "activation-request", self._store.subscribe_activation_requests, self.request
+                ),
+                name="activation-requests",
+            )
+            group.create_task(
+                self._follow(
+                    "first-response", self._store.subscribe_first_responses, self.first_response
+                ),
+                name="first-responses",
+            )
+
+    async def _follow(
+        self,
+        what: str,
+        subscribe: Callable[[], AsyncIterator[_T]],
+        handle: Callable[[_T], None],
+    ) -> None:
         while True:
             if not self._acting.is_acting:
                 await asyncio.sleep(_ACTING_POLL_S)
                 continue
-            requests = self._store.subscribe_activation_requests()
+            items = subscribe()
             try:
-                async for model in requests:
+                async for item in items:
                     if not self._acting.is_acting:
                         break
-                    self.request(model)
+                    handle(item)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                logger.warning("activation-request subscription failed: %s; resubscribing", exc)
+                logger.warning("%s subscription failed: %s; resubscribing", what, exc)
                 await asyncio.sleep(self._settings.store_retry_s)
             finally:
-                aclose = getattr(requests, "aclose", None)
+                aclose = getattr(items, "aclose", None)
                 if aclose is not None:
                     with contextlib.suppress(Exception):
                         await aclose()
@@ -301,6 +343,50 @@ class Orchestrator:
             if seconds is not None:
                 self._metrics.activation_duration.labels(phase, cache).observe(seconds)
 
+    async def record_first_response(self, report: FirstResponse) -> bool:
+        """Add an activator's first response to the timeline of the activation that placed
+        the replica that answered; whether a timeline took it.
+
+        That timeline is the newest successful one on ``report.worker_id``. It takes the
+        ``first_response`` phase unless it has one already (the first report wins) or it was
+        ready before the activator asked for an activation (the activator had not seen the
+        placement yet, so the request did not wait for this activation). Raises on store
+        failure.
+        """
+        model = report.model
+        # The placement that released the request is published before its activation is
+        # recorded, so the report can overtake the timeline: let the activations end first.
+        await self.settle(model)
+        timeline = _released_by(await self._store.list_activations(model), report)
+        if timeline is None:
+            logger.debug("the first response of %s matches no open activation", model)
+            return False
+        # "ready" is read after the placement is published, so an activator can be answered
+        # a hair earlier; the phase then goes at "ready", never before it.
+        ready_s = timeline["durations_s"]["total"]
+        at_s = round(max(report.responded_at - timeline["queued_at"], ready_s), 6)
+        timeline["phases"].append({"phase": "first_response", "at_s": at_s})
+        timeline["durations_s"]["first_response"] = at_s
+        if not await self._store.update_activation(model, timeline):
+            return False  # trimmed or deleted meanwhile
+        self._metrics.activation_duration.labels("first_response", timeline["cache"]).observe(at_s)
+        logger.info(
+            "%s answered %.3f s after its activation was queued (activator %s)",
+            model,
+            at_s,
+            report.activator_id,
+            extra={"model": model, "activator": report.activator_id},
+        )
+        return True
+
+    async def _record_quietly(self, report: FirstResponse) -> None:
+        try:
+            await self.record_first_response(report)
+        except Exception as exc:
+            # Only the timeline's last phase is lost; the report stays kept in the store and
+            # is replayed to whichever replica subscribes next.
+            logger.warning("could not record the first response of %s: %s", report.model, exc)
+
     async def _record(self, model: str, timeline: dict[str, Any]) -> None:
         try:
             await self._store.add_activation(model, timeline, keep=self._settings.activations_kept)
@@ -311,6 +397,22 @@ class Orchestrator:
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _released_by(timelines: list[dict[str, Any]], report: FirstResponse) -> dict[str, Any] | None:
+    """The timeline (newest first in ``timelines``) that ``report`` closes, if any."""
+    for timeline in timelines:
+        worker = timeline.get("worker") or {}
+        if timeline.get("outcome") not in _SUCCESS or worker.get("id") != report.worker_id:
+            continue
+        durations = timeline["durations_s"]
+        if "first_response" in durations:
+            return None
+        ready_at = timeline["queued_at"] + durations["total"]
+        if report.responded_at - report.waited_s > ready_at:
+            return None
+        return timeline
+    return None
 
 
 def _log_failure(task: asyncio.Task[Placement]) -> None:

@@ -32,8 +32,9 @@ class ControlPlaneMetrics:
         self.registry = registry
         self.activation_duration = Histogram(
             "zeroserve_activation_duration_seconds",
-            "Time spent in each phase of bringing a replica up "
-            "(worker, fetch, engine, load, total); cache is hit, miss or unknown",
+            "Time spent in each phase of bringing a replica up (worker, fetch, engine, "
+            "load, total) and from queued to the first answered request (first_response); "
+            "cache is hit, miss or unknown",
             ["phase", "cache"],
             buckets=_ACTIVATION_BUCKETS_S,
             registry=registry,

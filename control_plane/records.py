@@ -142,3 +142,28 @@ class TrafficReport:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Self:
         return cls(**doc)
+
+
+@dataclass(frozen=True, slots=True)
+class FirstResponse:
+    """An activator's first answered request of a cold start: what closes its timeline.
+
+    Sent once per burst, by each activator whose buffered requests waited for an
+    activation, when the first of them released to the new replica got its response.
+    """
+
+    model: str
+    activator_id: str
+    worker_id: str
+    """The worker whose replica answered (the activation that placed it is the one closed)."""
+    responded_at: float
+    """Wall-clock seconds since the epoch when the response's status line arrived."""
+    waited_s: float
+    """Seconds from the activator asking for the activation to that response."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Self:
+        return cls(**doc)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -223,6 +225,39 @@ def _control_plane(args: argparse.Namespace) -> int:
         return 1
 
 
+def _activator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "activator",
+        help="run the activator alone (cluster mode: the public endpoint, state in Redis)",
+    )
+    parser.add_argument(
+        "--state", default=None, help="state store shared with the control plane: redis://..."
+    )
+    parser.add_argument("--host", default=None, help="public address; 127.0.0.1")
+    parser.add_argument("--port", type=int, default=None, help="public port; 8080")
+    parser.add_argument("--activator-id", default=None, help="default: <hostname>-<pid>")
+    parser.add_argument("--log-level", default="info")
+    parser.set_defaults(handler=_activator)
+
+
+def _activator(args: argparse.Namespace) -> int:
+    from activator.__main__ import serve
+    from activator.settings import ActivatorSettings
+
+    overrides = {
+        key: value
+        for key, value in (("state_url", args.state), ("host", args.host), ("port", args.port))
+        if value is not None
+    }
+    try:
+        settings = ActivatorSettings(**overrides)
+    except ValidationError as exc:
+        print(f"zeroserve activator: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    activator_id = args.activator_id or f"{socket.gethostname()}-{os.getpid()}"
+    return serve(settings, activator_id)
+
+
 def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     models = sub.add_parser("models", help="manage models through the admin API")
     models.add_argument("--url", default=None, help="admin API (ZEROSERVE_ADMIN_URL)")
@@ -311,6 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     _serve_parser(sub)
     _up_parser(sub)
     _control_plane_parser(sub)
+    _activator_parser(sub)
     _models_parser(sub)
     return parser
 

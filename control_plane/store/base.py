@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from control_plane.records import (
+    FirstResponse,
     ModelRecord,
     Placement,
     PlacementEvent,
@@ -25,7 +26,8 @@ class StateStore(abc.ABC):
     Every method is safe to call from several tasks (and, for Redis, several processes) at
     once. Methods raise only on store failure (connection lost): callers decide whether to
     retry. ``subscribe_*`` iterators survive reconnects: after one they first yield a RESYNC
-    event (placements) so consumers re-read the full state.
+    event (placements) so consumers re-read the full state, or everything still pending
+    (activation requests) or kept (first responses).
     """
 
     # ---- models ----
@@ -81,6 +83,17 @@ class StateStore(abc.ABC):
     def subscribe_activation_requests(self) -> AsyncIterator[str]:
         """Model names whose activation was requested (at-least-once)."""
 
+    # ---- first responses (activators -> acting control plane) ----
+    @abc.abstractmethod
+    async def report_first_response(self, report: FirstResponse) -> None:
+        """Publish an activator's first response after a cold start; it is kept for as long
+        as an activation request stays pending, so a control plane that subscribes within
+        that time (after a failover) still gets it."""
+
+    @abc.abstractmethod
+    def subscribe_first_responses(self) -> AsyncIterator[FirstResponse]:
+        """First responses (at-least-once): every one still kept, then new ones."""
+
     # ---- traffic (activators -> autoscaler and reaper) ----
     @abc.abstractmethod
     async def report_traffic(self, report: TrafficReport) -> None: ...
@@ -93,6 +106,11 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     async def add_activation(self, model: str, timeline: dict[str, Any], *, keep: int) -> None:
         """Append a cold-start timeline, keeping the newest ``keep``."""
+
+    @abc.abstractmethod
+    async def update_activation(self, model: str, timeline: dict[str, Any]) -> bool:
+        """Replace the kept timeline whose ``"id"`` is ``timeline["id"]``, in place; False
+        when none is kept (trimmed, or the model deleted). ValueError without a str id."""
 
     @abc.abstractmethod
     async def list_activations(self, model: str) -> list[dict[str, Any]]:

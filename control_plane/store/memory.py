@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar
 import orjson
 
 from control_plane.records import (
+    FirstResponse,
     ModelRecord,
     Placement,
     PlacementEvent,
@@ -41,7 +42,8 @@ _RESYNC = PlacementEvent(PlacementEventKind.RESYNC)
 
 
 class _ReplayPending:
-    """Queued for an activation subscriber that overflowed: yield every pending request."""
+    """Queued for an activation or first-response subscriber that overflowed: yield every
+    pending request or kept report."""
 
 
 _REPLAY_PENDING = _ReplayPending()
@@ -100,13 +102,15 @@ class MemoryStateStore(StateStore):
 
     Subscriptions get one bounded queue each (``subscriber_queue_max`` items). A subscriber
     that falls that far behind loses the queued events and gets one RESYNC event (placements)
-    or a replay of every pending request (activations) in their place, never a silent gap.
+    or a replay of every pending request or kept report (activations, first responses) in
+    their place, never a silent gap.
 
     Parameters:
         subscriber_queue_max: the most events queued for one subscriber.
         traffic_ttl_s: a traffic report no longer counts this long after it was made.
         activation_pending_ttl_s: an activation request stays pending (and repeats of it are
-            not published again) for this long, unless a placement of the model comes first.
+            not published again) for this long, unless a placement of the model comes first;
+            a first response is kept this long too.
         clock: seconds on a monotonic clock; tests inject a fake one.
     """
 
@@ -132,6 +136,8 @@ class MemoryStateStore(StateStore):
         self._placements: dict[tuple[str, str], bytes] = {}
         # model -> when its pending activation request lapses (clock seconds)
         self._pending: dict[str, float] = {}
+        # first-response JSON -> when it lapses (clock seconds)
+        self._first_responses: dict[bytes, float] = {}
         # model -> activator id -> (report JSON, when it lapses)
         self._traffic: dict[str, dict[str, tuple[bytes, float]]] = {}
         # model -> timelines, newest first
@@ -139,6 +145,7 @@ class MemoryStateStore(StateStore):
         self._lease: _Lease | None = None
         self._placement_boxes: set[_Mailbox[PlacementEvent]] = set()
         self._activation_boxes: set[_Mailbox[str | _ReplayPending]] = set()
+        self._first_response_boxes: set[_Mailbox[FirstResponse | _ReplayPending]] = set()
 
     # ---- models ----
     async def create_model(self, record: ModelRecord) -> None:
@@ -278,6 +285,47 @@ class MemoryStateStore(StateStore):
         finally:
             self._activation_boxes.discard(box)
 
+    # ---- first responses ----
+    async def report_first_response(self, report: FirstResponse) -> None:
+        """Publish ``report`` and keep it for ``activation_pending_ttl_s``."""
+        self._check_open("report_first_response")
+        self._drop_lapsed_first_responses()
+        self._first_responses[orjson.dumps(report.to_json())] = (
+            self._clock() + self._activation_pending_ttl_s
+        )
+        for box in self._first_response_boxes:
+            if not box.put(report):
+                logger.warning(
+                    "a first-response subscriber fell behind; it will get a replay",
+                    extra={"subscriber_queue_max": self._subscriber_queue_max},
+                )
+
+    async def subscribe_first_responses(self) -> AsyncGenerator[FirstResponse, None]:
+        """First responses, at least once each.
+
+        Starts with every report kept now, oldest first, then new ones as they come. The
+        subscription is in place when the first report is returned; iteration ends when the
+        store is closed.
+        """
+        if self._closed:
+            return
+        box: _Mailbox[FirstResponse | _ReplayPending] = _Mailbox(
+            self._subscriber_queue_max, _REPLAY_PENDING
+        )
+        self._first_response_boxes.add(box)
+        try:
+            # As for activation requests: no await between registering and the snapshot.
+            item: FirstResponse | _ReplayPending | None = _REPLAY_PENDING
+            while item is not None:
+                if isinstance(item, _ReplayPending):
+                    for report in self._kept_first_responses():
+                        yield report
+                else:
+                    yield item
+                item = await box.get()
+        finally:
+            self._first_response_boxes.discard(box)
+
     # ---- traffic ----
     async def report_traffic(self, report: TrafficReport) -> None:
         self._check_open("report_traffic")
@@ -310,6 +358,18 @@ class MemoryStateStore(StateStore):
         while len(timelines) > keep:
             timelines.pop()
 
+    async def update_activation(self, model: str, timeline: dict[str, Any]) -> bool:
+        self._check_open("update_activation")
+        timeline_id = _timeline_id(timeline)
+        timelines = self._timelines.get(model)
+        if timelines is None:
+            return False
+        for index, raw in enumerate(timelines):
+            if orjson.loads(raw).get("id") == timeline_id:
+                timelines[index] = orjson.dumps(timeline)
+                return True
+        return False
+
     async def list_activations(self, model: str) -> list[dict[str, Any]]:
         self._check_open("list_activations")
         return [orjson.loads(raw) for raw in self._timelines.get(model, ())]
@@ -338,6 +398,8 @@ class MemoryStateStore(StateStore):
             placement_box.close()
         for activation_box in self._activation_boxes:
             activation_box.close()
+        for first_response_box in self._first_response_boxes:
+            first_response_box.close()
 
     # ---- helpers ----
     def _check_open(self, operation: str) -> None:
@@ -349,6 +411,16 @@ class MemoryStateStore(StateStore):
         for model in [m for m, exp in self._pending.items() if exp <= now]:
             del self._pending[model]
         return sorted(self._pending)
+
+    def _drop_lapsed_first_responses(self) -> None:
+        now = self._clock()
+        for raw in [r for r, exp in self._first_responses.items() if exp <= now]:
+            del self._first_responses[raw]
+
+    def _kept_first_responses(self) -> list[FirstResponse]:
+        self._drop_lapsed_first_responses()
+        by_expiry = sorted(self._first_responses.items(), key=lambda item: item[1])
+        return [FirstResponse.from_json(orjson.loads(raw)) for raw, _ in by_expiry]
 
     def _publish_removed(self, raw: bytes) -> None:
         self._publish(PlacementEvent(PlacementEventKind.REMOVED, _placement(raw)))
@@ -364,6 +436,13 @@ class MemoryStateStore(StateStore):
 
 def _placement(raw: bytes) -> Placement:
     return Placement.from_json(orjson.loads(raw))
+
+
+def _timeline_id(timeline: dict[str, Any]) -> str:
+    timeline_id = timeline.get("id")
+    if not isinstance(timeline_id, str):
+        raise ValueError(f"a timeline to update needs a str id, got {timeline_id!r}")
+    return timeline_id
 
 
 def _check_positive(**values: float) -> None:

@@ -6,6 +6,7 @@ Layout, every key under ``key_prefix`` (``zeroserve:`` by default):
     workers                     hash   worker id -> WorkerRecord JSON
     placements                  hash   JSON ``[model, worker_id]`` -> Placement JSON
     activation-requests         zset   model -> when its pending request lapses (server ms)
+    first-responses             zset   FirstResponse JSON -> when it lapses (server ms)
     timeline:<model>            list   cold-start timelines as JSON, newest first, capped
     traffic:<model>             hash   activator id -> TrafficReport JSON
     traffic-expiry:<model>      zset   activator id -> when that report lapses (server ms)
@@ -13,6 +14,7 @@ Layout, every key under ``key_prefix`` (``zeroserve:`` by default):
 
     events:placements           channel  {"kind": "added"|"removed", "placement": {...}}
     events:activations          channel  model name
+    events:first-responses      channel  FirstResponse JSON
 
 All placements share one hash: there are hundreds at most, and removing a worker's or a
 model's placements is then one atomic scan of one key.
@@ -53,6 +55,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from control_plane.records import (
+    FirstResponse,
     ModelRecord,
     Placement,
     PlacementEvent,
@@ -173,6 +176,27 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
 """
 )
 
+# KEYS: first-responses. ARGV: report JSON, ttl ms, channel.
+_REPORT_FIRST_RESPONSE = (
+    _NOW_MS
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+-- The key vanishes once nothing was reported for a ttl.
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1
+"""
+)
+
+# KEYS: first-responses. -> kept report JSONs, oldest first.
+_KEPT_FIRST_RESPONSES = (
+    _NOW_MS
+    + """
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf')
+"""
+)
+
 # KEYS: traffic, traffic-expiry. ARGV: activator id, report JSON, ttl ms.
 _REPORT_TRAFFIC = (
     _NOW_MS
@@ -197,6 +221,19 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 return redis.call('HVALS', KEYS[1])
 """
 )
+
+# KEYS: timeline. ARGV: id, timeline JSON. -> 1 replaced, 0 not kept.
+_UPDATE_ACTIVATION = """
+local entries = redis.call('LRANGE', KEYS[1], 0, -1)
+for i, raw in ipairs(entries) do
+  local ok, doc = pcall(cjson.decode, raw)
+  if ok and type(doc) == 'table' and doc['id'] == ARGV[1] then
+    redis.call('LSET', KEYS[1], i - 1, ARGV[2])
+    return 1
+  end
+end
+return 0
+"""
 
 # KEYS: lease. ARGV: holder, ttl ms. Renews the holder's own lease, or takes one that lapsed
 # between the caller's SET NX and this script. -> 1 held, 0 another holder has it.
@@ -234,7 +271,8 @@ class RedisStateStore(StateStore):
         max_connections: the connection pool's bound; every open subscription holds one.
         traffic_ttl_s: a traffic report no longer counts this long after it was made.
         activation_pending_ttl_s: an activation request stays pending (and repeats of it are
-            not published again) for this long, unless a placement of the model comes first.
+            not published again) for this long, unless a placement of the model comes first;
+            a first response is kept this long too.
         keepalive_s: an idle subscription pings Redis this often and reconnects when no
             answer comes within ``timeout_s``, so a silently dead connection is noticed.
         reconnect_backoff_initial_s: a subscription's first wait before reconnecting; each
@@ -287,9 +325,11 @@ class RedisStateStore(StateStore):
         self._workers_key = key_prefix + "workers"
         self._placements_key = key_prefix + "placements"
         self._activation_requests_key = key_prefix + "activation-requests"
+        self._first_responses_key = key_prefix + "first-responses"
         self._lease_key = key_prefix + "lease"
         self._placement_channel = key_prefix + "events:placements"
         self._activation_channel = key_prefix + "events:activations"
+        self._first_response_channel = key_prefix + "events:first-responses"
 
         self._pool: BlockingConnectionPool = BlockingConnectionPool.from_url(
             url,
@@ -316,6 +356,9 @@ class RedisStateStore(StateStore):
         self._remove_placement_script = register(_REMOVE_PLACEMENT)
         self._request_activation_script = register(_REQUEST_ACTIVATION)
         self._pending_activations_script = register(_PENDING_ACTIVATIONS)
+        self._report_first_response_script = register(_REPORT_FIRST_RESPONSE)
+        self._kept_first_responses_script = register(_KEPT_FIRST_RESPONSES)
+        self._update_activation_script = register(_UPDATE_ACTIVATION)
         self._report_traffic_script = register(_REPORT_TRAFFIC)
         self._traffic_script = register(_TRAFFIC)
         self._renew_lease_script = register(_RENEW_LEASE)
@@ -472,6 +515,38 @@ class RedisStateStore(StateStore):
             decode=_model_name,
         )
 
+    # ---- first responses ----
+    async def report_first_response(self, report: FirstResponse) -> None:
+        """Publish ``report`` and keep it for ``activation_pending_ttl_s``.
+
+        A replay after a lost answer keeps the same report once and publishes it again;
+        subscribers get first responses at least once anyway.
+        """
+        await self._run(
+            "report_first_response",
+            lambda: self._report_first_response_script(
+                keys=[self._first_responses_key],
+                args=[
+                    _dumps(report),
+                    self._activation_pending_ttl_ms,
+                    self._first_response_channel,
+                ],
+            ),
+        )
+
+    def subscribe_first_responses(self) -> AsyncGenerator[FirstResponse, None]:
+        """First responses, at least once each.
+
+        Each time the subscription is (re)established it first yields every report kept
+        then, oldest first. Reconnects and ends like :meth:`subscribe_placements`.
+        """
+        return self._listen(
+            self._first_response_channel,
+            what="first responses",
+            on_connect=self._kept_first_responses,
+            decode=_first_response,
+        )
+
     # ---- traffic ----
     async def report_traffic(self, report: TrafficReport) -> None:
         await self._run(
@@ -509,6 +584,18 @@ class RedisStateStore(StateStore):
 
         # A replay after a lost answer would store the timeline twice.
         await self._run("add_activation", push, replay_safe=False)
+
+    async def update_activation(self, model: str, timeline: dict[str, Any]) -> bool:
+        timeline_id = timeline.get("id")
+        if not isinstance(timeline_id, str):
+            raise ValueError(f"a timeline to update needs a str id, got {timeline_id!r}")
+        replaced = await self._run(
+            "update_activation",
+            lambda: self._update_activation_script(
+                keys=[self._timeline_key(model)], args=[timeline_id, orjson.dumps(timeline)]
+            ),
+        )
+        return bool(replaced)
 
     async def list_activations(self, model: str) -> list[dict[str, Any]]:
         raws = await self._run(
@@ -693,6 +780,11 @@ class RedisStateStore(StateStore):
         names = await self._pending_activations_script(keys=[self._activation_requests_key])
         return [_text(name) for name in names]
 
+    async def _kept_first_responses(self) -> list[FirstResponse]:
+        raws = await self._kept_first_responses_script(keys=[self._first_responses_key])
+        reports = (_first_response(_text(raw)) for raw in raws)
+        return [report for report in reports if report is not None]
+
     def _backoff_s(self, failures: int) -> float:
         # Capped exponential backoff with jitter, so replicas that lost Redis together do
         # not all come back in the same instant.
@@ -709,7 +801,9 @@ class RedisStateStore(StateStore):
         return f"{self._prefix}traffic-expiry:{model}"
 
 
-def _dumps(record: ModelRecord | WorkerRecord | Placement | TrafficReport) -> bytes:
+def _dumps(
+    record: ModelRecord | WorkerRecord | Placement | TrafficReport | FirstResponse,
+) -> bytes:
     return orjson.dumps(record.to_json())
 
 
@@ -739,6 +833,14 @@ def _event(data: str) -> PlacementEvent | None:
     except (ValueError, KeyError, TypeError):
         # Someone else published on our channel; dropping it loses nothing of ours.
         logger.warning("ignoring a malformed placement event: %.200r", data)
+        return None
+
+
+def _first_response(data: str) -> FirstResponse | None:
+    try:
+        return FirstResponse.from_json(orjson.loads(data))
+    except (ValueError, TypeError):
+        logger.warning("ignoring a malformed first response: %.200r", data)
         return None
 
 

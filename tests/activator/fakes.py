@@ -1,9 +1,9 @@
 """Fakes for the activator's dependencies.
 
 :class:`FakeStore` is the slice of ``StateStore`` the activator uses (placements with
-subscriptions, models, traffic), with what the tests need on top: failures on demand, the
-reports as sent, and a way to wait for one. The real ``MemoryStateStore`` runs in
-``test_proxy_integration.test_with_the_memory_state_store``.
+subscriptions, models, traffic and first responses), with what the tests need on top:
+failures on demand, the reports as sent, and a way to wait for one. The real
+``MemoryStateStore`` runs in ``test_proxy_integration.test_with_the_memory_state_store``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 
 from activator.lb import Replica
 from control_plane.records import (
+    FirstResponse,
     ModelRecord,
     Placement,
     PlacementEvent,
@@ -41,6 +42,7 @@ class FakeStore:
         self.models: dict[str, ModelRecord] = {}
         self.placements: dict[tuple[str, str], Placement] = {}
         self.reports: list[TrafficReport] = []
+        self.first_responses: list[FirstResponse] = []
         self.get_model_calls: list[str] = []
         self.get_model_error: Exception | None = None
         self.report_error: Exception | None = None
@@ -104,6 +106,19 @@ class FakeStore:
         """Wait until some report satisfies ``predicate``."""
         async with self._reported:
             await self._reported.wait_for(lambda: any(predicate(r) for r in self.reports))
+
+    async def report_first_response(self, report: FirstResponse) -> None:
+        if self.report_error is not None:
+            raise self.report_error
+        self.first_responses.append(report)
+        async with self._reported:
+            self._reported.notify_all()
+
+    async def wait_for_first_response(self) -> FirstResponse:
+        """Wait until a first response was reported; the first one."""
+        async with self._reported:
+            await self._reported.wait_for(lambda: bool(self.first_responses))
+        return self.first_responses[0]
 
 
 class RecordingActivate:

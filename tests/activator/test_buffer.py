@@ -444,3 +444,64 @@ async def test_a_waiter_leaving_after_close_touches_nothing() -> None:
     await settle()
     assert tasks[0].cancelled()
     assert buffer.waiting(MODEL) == 0
+
+
+# ---- first responses ----
+
+
+async def test_the_first_response_of_a_burst_that_activated_is_told_once() -> None:
+    activate = RecordingActivate()
+    buffer = _buffer(activate, release_concurrency=2)
+    started = asyncio.get_running_loop().time()
+    tasks = _start(buffer, 3)
+    await settle()
+    await asyncio.sleep(0.05)
+    buffer.replica_added(MODEL, Replica("w1", "http://w1"))
+    await settle()
+    first, second = _granted(tasks)
+    waited_s = first.responded()
+    assert waited_s is not None
+    assert 0.05 <= waited_s <= asyncio.get_running_loop().time() - started
+    assert second.responded() is None
+    assert first.responded() is None
+    first.release()
+    await settle()
+    assert _granted(tasks)[2].responded() is None
+    await buffer.close()
+
+
+async def test_no_first_response_without_an_activation() -> None:
+    replicas = _Replicas()
+    replica = Replica("w1", "http://w1")
+    replicas.by_model[MODEL] = [replica]
+    activate = RecordingActivate()
+    buffer = _buffer(activate, replicas)
+    # Waiting with replicas known (the model had a queue): released without activating.
+    grant = await buffer.wait(MODEL, deadline=_later())
+    assert activate.calls == []
+    assert grant.responded() is None
+    grant.release()
+    await buffer.close()
+
+
+async def test_an_activation_asked_again_before_any_response_keeps_the_first_time() -> None:
+    activate = RecordingActivate()
+    buffer = _buffer(activate, release_concurrency=1)
+    tasks = _start(buffer, 2)
+    await settle()
+    await asyncio.sleep(0.05)
+    dead = Replica("dead", "http://dead")
+    buffer.replica_added(MODEL, dead)
+    await settle()
+    [gone] = _granted(tasks)
+    # The replica vanished before the request reached it: the model is activated again.
+    buffer.replica_removed(MODEL, dead)
+    gone.release()
+    await settle()
+    assert activate.calls == [MODEL, MODEL]
+    buffer.replica_added(MODEL, Replica("w2", "http://w2"))
+    await settle()
+    [granted] = [g for g in _granted(tasks) if g is not gone]
+    waited_s = granted.responded()
+    assert waited_s is not None and waited_s >= 0.05
+    await buffer.close()

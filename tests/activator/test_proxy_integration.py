@@ -156,6 +156,7 @@ async def test_requests_with_a_placement_are_proxied_byte_exact(worker: ServerPr
     assert store.reports[-1].model == "mlp"
     assert store.reports[-1].in_flight == 0
     assert store.reports[-1].activator_id == "act-test"
+    assert store.first_responses == []  # nothing was cold
 
 
 async def test_a_binary_answer_is_correct_through_the_activator(
@@ -240,6 +241,10 @@ async def test_a_burst_is_buffered_activated_once_and_answered(
         assert response.status_code == 200
         output = response.json()["outputs"][0]["data"]
         np.testing.assert_allclose(output, row, rtol=1e-5, atol=1e-5)
+    # One first response for the burst (sent at the latest by the report at shutdown).
+    [first] = store.first_responses
+    assert (first.model, first.worker_id, first.activator_id) == ("mlp", "w9", "act-test")
+    assert first.waited_s > 0
 
 
 async def test_overflow_is_429_and_a_failed_activation_503() -> None:

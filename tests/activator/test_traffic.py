@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from activator.traffic import Traffic
-from control_plane.records import TrafficReport
+from control_plane.records import FirstResponse, TrafficReport
 from tests.activator.fakes import FakeClock, FakeStore, settle
 
 pytestmark = pytest.mark.anyio
@@ -71,3 +71,28 @@ async def test_run_reports_periodically() -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert store.reports and store.reports[0].in_flight == 1
+
+
+async def test_a_first_response_is_sent_once_in_the_next_round() -> None:
+    store, clock = FakeStore(), FakeClock(1000.0)
+    traffic = _traffic(store, clock)
+    traffic.first_response("a", "w1", 0.25)
+    clock.advance(1)
+    traffic.first_response("a", "w2", 0.5)  # the first one is not sent yet: this one goes
+    await traffic.flush()
+    await traffic.flush()
+    assert store.first_responses == [
+        FirstResponse("a", "act-1", worker_id="w1", responded_at=1000.0, waited_s=0.25)
+    ]
+    assert store.reports == []  # no request counted: no traffic to report
+
+
+async def test_a_failed_first_response_report_is_retried_next_round() -> None:
+    store, clock = FakeStore(), FakeClock(1000.0)
+    traffic = _traffic(store, clock)
+    traffic.first_response("a", "w1", 0.25)
+    store.report_error = ConnectionError("down")
+    await traffic.flush()
+    store.report_error = None
+    await traffic.flush()
+    assert [(r.model, r.worker_id) for r in store.first_responses] == [("a", "w1")]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -14,7 +17,7 @@ from control_plane.backends.base import PoolSpec
 from control_plane.errors import ActivationTimeoutError, LoadFailedError, ModelNotFoundError
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placer import Placer
-from control_plane.records import ModelRecord
+from control_plane.records import FirstResponse, ModelRecord
 from control_plane.store.memory import MemoryStateStore
 from tests.control_plane.fakes import Acting, FakeBackend, FakeWorkers, make_settings
 
@@ -172,3 +175,143 @@ async def test_requests_through_the_store_are_served_while_acting(setup: Setup):
     assert [p.model for p in await setup.store.list_placements("n")] == ["n"]
     runner.cancel()
     await asyncio.gather(runner, return_exceptions=True)
+
+
+# ---- first responses ----
+
+
+def answered(
+    timeline: dict[str, Any],
+    *,
+    after_ready_s: float = 0.5,
+    waited_s: float = 5.0,
+    worker_id: str = "w1",
+    activator_id: str = "a1",
+) -> FirstResponse:
+    """A first response ``after_ready_s`` after ``timeline`` was ready, of a burst that asked
+    ``waited_s`` before that response (so before the activation was queued, by default)."""
+    ready_at = timeline["queued_at"] + timeline["durations_s"]["total"]
+    return FirstResponse(
+        model=timeline["model"],
+        activator_id=activator_id,
+        worker_id=worker_id,
+        responded_at=ready_at + after_ready_s,
+        waited_s=waited_s,
+    )
+
+
+def first_response_count(setup: Setup, cache: str) -> float | None:
+    return setup.registry.get_sample_value(
+        "zeroserve_activation_duration_seconds_count", {"phase": "first_response", "cache": cache}
+    )
+
+
+async def test_a_first_response_closes_its_activations_timeline_once(setup: Setup):
+    await setup.register("m")
+    await setup.orchestrator.activate("m")
+    [timeline] = await setup.store.list_activations("m")
+    assert await setup.orchestrator.record_first_response(answered(timeline)) is True
+    [closed] = await setup.store.list_activations("m")
+    assert closed["id"] == timeline["id"]
+    assert [p["phase"] for p in closed["phases"]][-2:] == ["ready", "first_response"]
+    expected = timeline["durations_s"]["total"] + 0.5
+    assert closed["phases"][-1]["at_s"] == pytest.approx(expected, abs=1e-5)
+    assert closed["durations_s"]["first_response"] == closed["phases"][-1]["at_s"]
+    assert first_response_count(setup, closed["cache"]) == 1.0
+    # Another activator's report of the same cold start: the first one stands.
+    later = answered(timeline, after_ready_s=0.9, activator_id="a2")
+    assert await setup.orchestrator.record_first_response(later) is False
+    assert await setup.store.list_activations("m") == [closed]
+    assert first_response_count(setup, closed["cache"]) == 1.0
+
+
+async def test_a_first_response_is_never_put_before_ready(setup: Setup):
+    await setup.register("m")
+    await setup.orchestrator.activate("m")
+    [timeline] = await setup.store.list_activations("m")
+    assert await setup.orchestrator.record_first_response(answered(timeline, after_ready_s=-0.001))
+    [closed] = await setup.store.list_activations("m")
+    assert closed["durations_s"]["first_response"] == timeline["durations_s"]["total"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"worker_id": "w2"}, id="another-workers-replica"),
+        pytest.param({"waited_s": 0.1}, id="asked-after-it-was-ready"),
+    ],
+)
+async def test_a_first_response_leaves_timelines_it_does_not_close(
+    setup: Setup, changes: dict[str, Any]
+):
+    await setup.register("m")
+    await setup.orchestrator.activate("m")
+    timelines = await setup.store.list_activations("m")
+    assert (
+        await setup.orchestrator.record_first_response(answered(timelines[0], **changes)) is False
+    )
+    assert await setup.store.list_activations("m") == timelines
+    assert await setup.orchestrator.record_first_response(answered(timelines[0], worker_id="w1"))
+
+
+async def test_a_first_response_skips_newer_failed_timelines(setup: Setup):
+    await setup.register("m")
+    await setup.orchestrator.activate("m")
+    [timeline] = await setup.store.list_activations("m")
+    await setup.store.add_activation("m", {"id": "f", "outcome": "failed", "worker": None}, keep=5)
+    assert await setup.orchestrator.record_first_response(answered(timeline)) is True
+    failed, closed = await setup.store.list_activations("m")
+    assert failed["id"] == "f"
+    assert closed["phases"][-1]["phase"] == "first_response"
+
+
+async def test_a_first_response_that_overtakes_its_timeline_waits_for_it(setup: Setup):
+    await setup.register("m")
+    gate = setup.workers.load_gate = asyncio.Event()
+    activation = asyncio.create_task(setup.orchestrator.activate("m"))
+    await asyncio.sleep(0.05)
+    assert setup.orchestrator.is_activating("m")
+    report = FirstResponse("m", "a1", "w1", responded_at=time.time() + 1, waited_s=60)
+    recording = asyncio.create_task(setup.orchestrator.record_first_response(report))
+    await asyncio.sleep(0.05)
+    assert not recording.done()
+    gate.set()
+    await activation
+    assert await recording is True
+    [closed] = await setup.store.list_activations("m")
+    assert closed["phases"][-1]["phase"] == "first_response"
+
+
+async def test_first_responses_through_the_store_are_recorded_while_acting(setup: Setup):
+    await setup.register("m")
+    await setup.orchestrator.activate("m")
+    [timeline] = await setup.store.list_activations("m")
+    runner = asyncio.create_task(setup.orchestrator.run())
+    try:
+        await setup.store.report_first_response(answered(timeline))
+        for _ in range(300):
+            [latest] = await setup.store.list_activations("m")
+            if "first_response" in latest["durations_s"]:
+                break
+            await asyncio.sleep(0.01)
+        assert latest["phases"][-1]["phase"] == "first_response"
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_a_first_response_the_store_fails_is_logged(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+):
+    await setup.register("m")
+    await setup.orchestrator.activate("m")
+    [timeline] = await setup.store.list_activations("m")
+    await setup.store.close()
+    with caplog.at_level(logging.WARNING, logger="control_plane.activation"):
+        setup.orchestrator.first_response(answered(timeline))
+        setup.orchestrator.first_response(answered(timeline, activator_id="a2"))  # dropped
+        for _ in range(300):
+            if "could not record the first response of m" in caplog.text:
+                break
+            await asyncio.sleep(0.01)
+    assert caplog.text.count("could not record the first response of m") == 1

@@ -436,13 +436,30 @@ async def test_cold_start_idle_unload_and_cold_start_again(
 
     x = mlp_input(2, rows=3)
     assert_mlp_answer(await infer(client, platform, "cold", x), model_dir, x)
-    timelines = (await admin_get(client, platform, "/models/cold/activations"))["activations"]
+    timelines: list[dict[str, Any]] = []
+
+    async def both_answered() -> bool:
+        # The activator reports each cold start's first response after answering it.
+        nonlocal timelines
+        timelines = (await admin_get(client, platform, "/models/cold/activations"))["activations"]
+        return all("first_response" in t["durations_s"] for t in timelines)
+
+    await eventually(both_answered, "the first responses in the timelines", platform)
     assert [t["outcome"] for t in timelines] == ["ready", "ready"]
     second, first = timelines
     for timeline in timelines:
         assert timeline["worker"]["started"] is True
         phases = [p["phase"] for p in timeline["phases"]]
-        assert phases == ["queued", "worker_ready", "fetched", "engine_built", "ready"]
+        assert phases == [
+            "queued",
+            "worker_ready",
+            "fetched",
+            "engine_built",
+            "ready",
+            "first_response",
+        ]
+        times = [p["at_s"] for p in timeline["phases"]]
+        assert times == sorted(times)
     assert first["cache"] == "miss"
     assert first["bytes_fetched"] > 0
     assert second["cache"] == "hit"
@@ -451,6 +468,9 @@ async def test_cold_start_idle_unload_and_cold_start_again(
     metrics = (await client.get(f"{platform.admin}/metrics")).text
     assert 'zeroserve_activation_duration_seconds_count{cache="miss",phase="total"} 1.0' in metrics
     assert 'zeroserve_activation_duration_seconds_count{cache="hit",phase="total"} 1.0' in metrics
+    for cache in ("miss", "hit"):
+        sample = f'{{cache="{cache}",phase="first_response"}} 1.0'
+        assert f"zeroserve_activation_duration_seconds_count{sample}" in metrics
 
 
 async def test_burst_of_200_at_a_scaled_to_zero_model(shared: Platform, client: httpx.AsyncClient):

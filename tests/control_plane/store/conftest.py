@@ -44,18 +44,26 @@ def answers_ping(port: int) -> bool:
 
 
 class RedisServer:
-    """One redis-server child process on a fixed loopback port, without persistence.
+    """One redis-server child process on a fixed loopback port.
 
     Tests may stop and start it again on the same port (a restart loses every key, as a
-    restart without persistence does), or freeze it with SIGSTOP to see a server that
-    accepts connections and never answers. ``stop`` always ends the process.
+    restart without persistence does, unless ``persistent``: then an append-only file in
+    ``log_dir`` brings them back), or freeze it with SIGSTOP to see a server that accepts
+    connections and never answers. ``stop`` always ends the process.
     """
 
-    def __init__(self, executable: str, port: int, log_dir: Path) -> None:
+    def __init__(
+        self, executable: str, port: int, log_dir: Path, *, persistent: bool = False
+    ) -> None:
         self.executable = executable
         self.port = port
         self.log_path = log_dir / f"redis-{port}.log"
         self._log_dir = log_dir
+        self._persistence = (
+            ["--appendonly", "yes", "--appendfsync", "always"]
+            if persistent
+            else ["--appendonly", "no"]
+        )
         self._process: subprocess.Popen[bytes] | None = None
         self._frozen = False
 
@@ -79,8 +87,7 @@ class RedisServer:
                     "127.0.0.1",
                     "--save",
                     "",
-                    "--appendonly",
-                    "no",
+                    *self._persistence,
                     "--dir",
                     str(self._log_dir),
                 ],
@@ -134,7 +141,7 @@ class RedisServer:
             self._frozen = False
 
 
-def start_redis_server(log_dir: Path) -> RedisServer:
+def start_redis_server(log_dir: Path, *, persistent: bool = False) -> RedisServer:
     """A started RedisServer on a free port; fails the test if redis-server is missing."""
     executable = shutil.which("redis-server")
     if executable is None:
@@ -146,7 +153,7 @@ def start_redis_server(log_dir: Path) -> RedisServer:
         )
     # The port is free when chosen but may be taken before redis binds it; try a few.
     for attempt in range(3):
-        server = RedisServer(executable, free_port(), log_dir)
+        server = RedisServer(executable, free_port(), log_dir, persistent=persistent)
         try:
             server.start()
         except RuntimeError:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from control_plane.records import (
+    FirstResponse,
     ModelRecord,
     Placement,
     PlacementEvent,
@@ -124,6 +125,20 @@ def report(model_name: str = "mlp", activator_id: str = "a1", **changes: Any) ->
     }
     fields.update(changes)
     return TrafficReport(**fields)
+
+
+def first_response(
+    model_name: str = "mlp", activator_id: str = "a1", **changes: Any
+) -> FirstResponse:
+    fields: dict[str, Any] = {
+        "model": model_name,
+        "activator_id": activator_id,
+        "worker_id": "w1",
+        "responded_at": 1_700_000_005.125,
+        "waited_s": 0.75,
+    }
+    fields.update(changes)
+    return FirstResponse(**fields)
 
 
 # ---- models ----
@@ -361,6 +376,49 @@ async def test_a_pending_request_lapses_after_its_ttl(make_store: MakeStore):
         await aclose(requests)
 
 
+# ---- first responses ----
+
+
+async def test_first_responses_kept_before_subscribing_come_first_then_new_ones(store: StateStore):
+    early, later = first_response("mlp", "a1"), first_response("mlp", "a2", waited_s=1.5)
+    await store.report_first_response(early)
+    reports = store.subscribe_first_responses()
+    try:
+        assert await next_of(reports) == early  # the subscription is in place now
+        newest = first_response("other", "a1", worker_id="w9")
+        await store.report_first_response(later)
+        await store.report_first_response(newest)
+        assert await next_of(reports) == later
+        assert await next_of(reports) == newest
+    finally:
+        await aclose(reports)
+
+
+async def test_a_new_subscription_replays_every_kept_first_response(store: StateStore):
+    kept = [first_response("mlp", "a1"), first_response("mlp", "a2")]
+    for report in kept:
+        await store.report_first_response(report)
+    for _ in range(2):  # a control plane that takes over after another one read them
+        reports = store.subscribe_first_responses()
+        try:
+            assert [await next_of(reports), await next_of(reports)] == kept
+        finally:
+            await aclose(reports)
+
+
+async def test_first_responses_lapse_after_their_ttl(make_store: MakeStore):
+    store = make_store(activation_pending_ttl_s=SHORT_TTL_S)
+    await store.report_first_response(first_response("mlp", "old"))
+    await asyncio.sleep(PAST_SHORT_TTL_S)
+    marker = first_response("marker")
+    await store.report_first_response(marker)
+    reports = store.subscribe_first_responses()
+    try:
+        assert await next_of(reports) == marker
+    finally:
+        await aclose(reports)
+
+
 # ---- traffic ----
 
 
@@ -395,6 +453,32 @@ async def test_activations_are_newest_first_and_capped(store: StateStore):
     assert [t["n"] for t in got] == [4, 3, 2]
     assert got[0]["steps"] == {"queued": 0.5, "ready": 1.25}
     assert await store.list_activations("other") == []
+
+
+async def test_update_activation_replaces_the_timeline_with_that_id_in_place(store: StateStore):
+    for n in range(3):
+        await store.add_activation("mlp", {"id": f"t{n}", "phases": ["queued"]}, keep=3)
+    updated = {"id": "t1", "phases": ["queued", "ready", "first_response"], "at_s": 0.25}
+    assert await store.update_activation("mlp", updated) is True
+    assert await store.list_activations("mlp") == [
+        {"id": "t2", "phases": ["queued"]},
+        updated,
+        {"id": "t0", "phases": ["queued"]},
+    ]
+
+
+async def test_update_activation_of_a_timeline_no_longer_kept_changes_nothing(store: StateStore):
+    await store.add_activation("mlp", {"id": "old"}, keep=1)
+    await store.add_activation("mlp", {"id": "new"}, keep=1)
+    assert await store.update_activation("mlp", {"id": "old", "x": 1}) is False
+    assert await store.update_activation("other", {"id": "new", "x": 1}) is False
+    assert await store.list_activations("mlp") == [{"id": "new"}]
+    assert await store.list_activations("other") == []
+
+
+async def test_update_activation_needs_a_str_id(store: StateStore):
+    with pytest.raises(ValueError, match="id"):
+        await store.update_activation("mlp", {"n": 1})
 
 
 async def test_activations_need_keep_of_at_least_one(store: StateStore):
@@ -443,10 +527,13 @@ async def test_calls_after_close_raise_store_unavailable(store: StateStore):
 async def test_close_ends_open_and_new_subscriptions(store: StateStore):
     placements = store.subscribe_placements()
     requests = store.subscribe_activation_requests()
+    reports = store.subscribe_first_responses()
     try:
         assert await next_of(placements) == RESYNC
         await store.request_activation("mlp")
         assert await next_of(requests) == "mlp"
+        await store.report_first_response(first_response())
+        assert await next_of(reports) == first_response()
 
         async def wait_for_next() -> PlacementEvent:
             return await anext(placements)
@@ -460,7 +547,12 @@ async def test_close_ends_open_and_new_subscriptions(store: StateStore):
         with pytest.raises(StopAsyncIteration):
             await next_of(requests)
         with pytest.raises(StopAsyncIteration):
+            await next_of(reports)
+        with pytest.raises(StopAsyncIteration):
             await next_of(store.subscribe_placements())
+        with pytest.raises(StopAsyncIteration):
+            await next_of(store.subscribe_first_responses())
     finally:
         await aclose(placements)
         await aclose(requests)
+        await aclose(reports)

@@ -9,7 +9,13 @@ from typing import TypeVar
 
 import pytest
 
-from control_plane.records import Placement, PlacementEvent, PlacementEventKind, TrafficReport
+from control_plane.records import (
+    FirstResponse,
+    Placement,
+    PlacementEvent,
+    PlacementEventKind,
+    TrafficReport,
+)
 from control_plane.store.memory import MemoryStateStore
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +79,28 @@ async def test_an_activation_subscriber_that_falls_behind_gets_every_pending_req
         assert await next_of(requests) == "m6"
     finally:
         await requests.aclose()
+        await store.close()
+
+
+async def test_a_first_response_subscriber_that_falls_behind_gets_every_kept_report():
+    clock = FakeClock()
+    store = MemoryStateStore(subscriber_queue_max=2, clock=clock)
+    reports = [
+        FirstResponse(f"m{n}", "a1", "w1", responded_at=float(n), waited_s=1.0) for n in range(7)
+    ]
+    await store.report_first_response(reports[0])
+    subscription = store.subscribe_first_responses()
+    try:
+        assert await next_of(subscription) == reports[0]
+        for n in range(1, 6):
+            clock.now += 1.0  # kept longer than the ones before: replayed after them
+            await store.report_first_response(reports[n])
+        # Overflowed: the queued reports were replaced by a replay of all that are kept.
+        assert [await next_of(subscription) for _ in range(6)] == reports[:6]
+        await store.report_first_response(reports[6])
+        assert await next_of(subscription) == reports[6]
+    finally:
+        await subscription.aclose()
         await store.close()
 
 
