@@ -60,6 +60,12 @@ class ReplicaPlacer(Protocol):
     async def place(self, model: ModelRecord) -> PlaceResult: ...
 
 
+class Probe(Protocol):
+    """Whether the worker at ``url`` answers at all (one liveness probe)."""
+
+    async def __call__(self, url: str) -> bool: ...
+
+
 class Acting(Protocol):
     """Whether this control-plane replica acts now (holds the lease)."""
 
@@ -76,6 +82,9 @@ class Orchestrator:
         settings: ``activation_timeout_s``, ``activations_kept``, ``store_retry_s``.
         metrics: ``zeroserve_activation_duration_seconds`` and friends.
         acting: requests from the store are served only while this is true.
+        probe: liveness of a placement's worker; an activator asks for a model only when it
+            cannot use the placements it knows, so on such a request a placement whose
+            worker does not answer is removed instead of handed back.
     """
 
     def __init__(
@@ -88,7 +97,9 @@ class Orchestrator:
         *,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        probe: Probe | None = None,
     ) -> None:
+        self._probe = probe
         self._store = store
         self._placer = placer
         self._settings = settings
@@ -116,6 +127,8 @@ class Orchestrator:
         if model in self._blocked:
             raise ModelNotFoundError(model=model)
         existing = await self._store.list_placements(model)
+        if existing and trigger == "request" and self._probe is not None:
+            existing = await self._live(existing)
         if existing:
             return existing[0]
         running = self._running.get(model)
@@ -123,6 +136,23 @@ class Orchestrator:
         # shield: a caller that gives up (its request timed out) leaves the activation to
         # the others waiting on it.
         return await asyncio.shield(task)
+
+    async def _live(self, placements: list[Placement]) -> list[Placement]:
+        """The placements whose worker answers; the others are removed from the store."""
+        assert self._probe is not None
+        answers = await asyncio.gather(*(self._probe(p.url) for p in placements))
+        live = []
+        for placement, is_live in zip(placements, answers, strict=True):
+            if is_live:
+                live.append(placement)
+            else:
+                logger.warning(
+                    "placement of %s on %s does not answer; removing it",
+                    placement.model,
+                    placement.worker_id,
+                )
+                await self._store.remove_placement(placement.model, placement.worker_id)
+        return live
 
     def add_replicas(self, model: str, count: int, *, trigger: str = "autoscaler") -> None:
         """Start ``count`` more replicas of ``model`` without waiting for them."""

@@ -190,7 +190,7 @@ class Platform:
             max_workers=settings.max_workers,
         )
         placer = Placer(store, backend, pool, workers, settings)
-        orchestrator = Orchestrator(store, placer, settings, metrics, lease)
+        orchestrator = Orchestrator(store, placer, settings, metrics, lease, probe=workers.is_live)
 
         async def worker_lost(worker_id: str) -> None:
             metrics.worker_stops.labels("lost").inc()

@@ -315,3 +315,38 @@ async def test_a_first_response_the_store_fails_is_logged(
                 break
             await asyncio.sleep(0.01)
     assert caplog.text.count("could not record the first response of m") == 1
+
+
+async def test_a_request_replaces_a_placement_whose_worker_is_dead():
+    settings = make_settings(activation_timeout_s=5)
+    store = MemoryStateStore()
+    backend = FakeBackend()
+    workers = FakeWorkers()
+    pool = PoolSpec(name=settings.pool, max_workers=2)
+    await backend.ensure_pool(pool)
+    placer = Placer(store, backend, pool, workers, settings)
+    dead: set[str] = set()
+
+    async def probe(url: str) -> bool:
+        return url not in dead
+
+    orchestrator = Orchestrator(
+        store, placer, settings, ControlPlaneMetrics(CollectorRegistry()), Acting(), probe=probe
+    )
+    try:
+        await store.create_model(ModelRecord(name="m", storage_uri="/models/m"))
+        first = await orchestrator.activate("m")
+        # The autoscaler's own calls trust the store; only a request probes.
+        dead.add(first.url)
+        assert await orchestrator.activate("m", trigger="autoscaler") == first
+        second = await orchestrator.activate("m")
+        # The dead placement was dropped and the model activated again (the fake backend
+        # offers the same worker id; a real one replaces the dead process).
+        assert second.since > first.since
+        assert workers.loads() == [("w1", "m"), ("w1", "m")]
+        assert await store.list_placements("m") == [second]
+        assert len(await store.list_activations("m")) == 2
+    finally:
+        await orchestrator.close()
+        await placer.close()
+        await store.close()
