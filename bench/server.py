@@ -120,10 +120,7 @@ class ServerProcess:
 
     def cpu_seconds(self) -> float:
         """User + system CPU the server process (all its threads) has used so far."""
-        with open(f"/proc/{self.pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        # Fields 14 and 15 of proc(5) (utime, stime) sit at 11 and 12 after the comm field.
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.pid)
 
     def _wait_ready(self) -> None:
         assert self._process is not None
@@ -165,6 +162,14 @@ def request(
         return response.status, answer_headers, payload
     finally:
         connection.close()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU the process ``pid`` (all its threads) has used so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    # Fields 14 and 15 of proc(5) (utime, stime) sit at 11 and 12 after the comm field.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
