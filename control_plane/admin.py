@@ -78,6 +78,8 @@ class AdminService:
         self._acting = acting
         self._wall = wall
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reloads: dict[str, asyncio.Task[None]] = {}
+        """model -> its reload after an update, which an unload or delete waits for."""
 
     # ---- models ----
 
@@ -140,6 +142,7 @@ class AdminService:
             task = asyncio.create_task(self._reload(updated), name=f"reload-{name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            self._reloads[name] = task
         return await self._view(updated)
 
     async def delete(self, name: str) -> None:
@@ -149,6 +152,7 @@ class AdminService:
         self._activations.block(name)
         try:
             await self._activations.settle(name)
+            await self._settle_reload(name)
             await self._retire_all(name, reason="deleted")
             if not await self._store.delete_model(name):
                 raise ModelNotFoundError(model=name)
@@ -170,6 +174,8 @@ class AdminService:
         await self._record(name)
         self._require_acting()
         await self._activations.settle(name)
+        # A reload started by an update must not put back what this unload takes away.
+        await self._settle_reload(name)
         await self._retire_all(name, reason="admin")
         return await self.get(name)
 
@@ -220,6 +226,11 @@ class AdminService:
         await asyncio.gather(
             *(self._replicas.retire(name, p.worker_id, reason=reason) for p in placements)
         )
+
+    async def _settle_reload(self, name: str) -> None:
+        task = self._reloads.pop(name, None)
+        if task is not None and not task.done():
+            await asyncio.wait([task])
 
     async def _reload(self, record: ModelRecord) -> None:
         try:

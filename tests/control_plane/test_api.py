@@ -423,3 +423,28 @@ async def test_store_failure_while_unavailable_is_not_a_500(api: Api):
     api.store.get_model = down  # type: ignore[method-assign]
     response = await api.client.get("/admin/v1/models/m", headers=AUTH)
     assert response.status_code == 503
+
+
+async def test_unload_right_after_a_storage_change_stays_unloaded(api: Api):
+    await api.register("m")
+    await api.client.post("/admin/v1/models/m/load", headers=AUTH)
+    gate = api.workers.load_gate = asyncio.Event()
+    response = await api.client.patch(
+        "/admin/v1/models/m", json={"storage_uri": "/models/m-v2"}, headers=AUTH
+    )
+    assert response.status_code == 200
+    # The reload is now held at its load; the unload must wait for it, not race it.
+    unload = asyncio.create_task(api.client.post("/admin/v1/models/m/unload", headers=AUTH))
+    await asyncio.sleep(0.05)
+    gate.set()
+    response = await unload
+    assert response.status_code == 200
+    # Let the reload's load finish whatever the unload did, then look.
+    async with asyncio.timeout(30):
+        while len(api.workers.loads()) < 2:  # noqa: ASYNC110 - the fake has no event for loads
+            await asyncio.sleep(0.01)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert await api.store.list_placements("m") == []
+    status = (await api.client.get("/admin/v1/models/m", headers=AUTH)).json()["status"]
+    assert status["state"] == "scaled_to_zero"
