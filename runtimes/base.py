@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
+import logging
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -12,6 +15,8 @@ from typing import ClassVar
 import numpy as np
 
 from data_plane.proto.model_config_pb2 import ModelConfig
+
+logger = logging.getLogger(__name__)
 
 
 class RuntimeState(enum.Enum):
@@ -110,6 +115,51 @@ class ModelRuntime(abc.ABC):
     async def wake(self) -> None:
         """Undo :meth:`sleep`; only where ``capabilities.can_sleep``."""
         raise NotImplementedError(f"{self.kind} runtime cannot sleep")
+
+
+class ExecutorRuntime(ModelRuntime):
+    """A runtime whose engine calls run in an executor it owns (set in :meth:`load`).
+
+    :meth:`unload` takes the executor away, lets the calls in it finish, then frees the
+    engine in a thread, so no engine call ever overlaps the release.
+    """
+
+    engine_label: ClassVar[str]
+    """How log lines name this kind of model (``ONNX``, ``PyTorch``, ``Python``)."""
+
+    def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:
+        super().__init__(name=name, version=version, options=options)
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def unload(self) -> None:
+        """Drain the executor, then free the engine (see :meth:`_free_engine`); idempotent."""
+        executor, self._executor = self._executor, None
+        if executor is None:
+            self._forget_engine()
+            self.state = RuntimeState.UNLOADED
+            return
+        self.state = RuntimeState.UNLOADING
+        await asyncio.to_thread(self._drain_and_free, executor)
+        self.state = RuntimeState.UNLOADED
+        logger.info(
+            "unloaded %s model %s version %s",
+            self.engine_label,
+            self.name,
+            self.version,
+            extra={"model": self.name, "version": self.version},
+        )
+
+    def _drain_and_free(self, executor: ThreadPoolExecutor) -> None:
+        executor.shutdown(wait=True)
+        self._free_engine()
+
+    @abc.abstractmethod
+    def _free_engine(self) -> None:
+        """Release the engine (blocking; runs in a thread once no engine call is left)."""
+
+    @abc.abstractmethod
+    def _forget_engine(self) -> None:
+        """Drop engine references when there is no executor (never loaded, or unloaded)."""
 
 
 def instance_count(config: ModelConfig) -> int:

@@ -48,7 +48,7 @@ from data_plane.errors import (
 from data_plane.proto import model_config_pb2 as mc
 from data_plane.storage.engines import EngineCache, hardware_identity, model_identity
 from data_plane.storage.pins import LockTimeoutError, Pin
-from runtimes.base import ModelRuntime, RuntimeOptions, RuntimeState, instance_count
+from runtimes.base import ExecutorRuntime, RuntimeOptions, RuntimeState, instance_count
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ _TensorEntries: TypeAlias = (
 )
 
 
-class OnnxRuntime(ModelRuntime):
+class OnnxRuntime(ExecutorRuntime):
     """Serves ``model.onnx`` files with ONNX Runtime.
 
     Thread-safety: :meth:`infer` may be awaited concurrently; at most ``instance count``
@@ -139,11 +139,11 @@ class OnnxRuntime(ModelRuntime):
     """
 
     kind = "onnxruntime"
+    engine_label = "ONNX"
     model_filename = "model.onnx"
 
     def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:
         super().__init__(name=name, version=version, options=options)
-        self._executor: ThreadPoolExecutor | None = None
         self._session: _Session | None = None
         self._weight_bytes = 0
         self._engine_pin: Pin | None = None
@@ -228,27 +228,11 @@ class OnnxRuntime(ModelRuntime):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, session.run, batch)
 
-    async def unload(self) -> None:
-        """Drop the session (and with it the provider's memory arenas); idempotent."""
-        executor = self._executor
-        if executor is None:
-            self._session = None
-            self._release_engine()
-            self.state = RuntimeState.UNLOADED
-            return
-        self._executor = None
-        self.state = RuntimeState.UNLOADING
-        await asyncio.to_thread(self._release, executor)
-        self.state = RuntimeState.UNLOADED
-        logger.info(
-            "unloaded ONNX model %s version %s",
-            self.name,
-            self.version,
-            extra={"model": self.name, "version": self.version},
-        )
+    def _forget_engine(self) -> None:
+        self._session = None
+        self._release_engine()
 
-    def _release(self, executor: ThreadPoolExecutor) -> None:
-        executor.shutdown(wait=True)
+    def _free_engine(self) -> None:
         # The session is in no reference cycle, so dropping it frees it (and its arenas)
         # now. No gc.collect(): a full collection holds the GIL for tens of milliseconds
         # in a process with torch imported, stalling every other model's requests.

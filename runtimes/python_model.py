@@ -64,7 +64,7 @@ import numpy as np
 from data_plane import datatypes, model_config
 from data_plane.errors import InternalError, ModelLoadError, ModelNotReadyError, ZeroserveError
 from data_plane.proto import model_config_pb2 as mc
-from runtimes.base import ModelRuntime, RuntimeOptions, RuntimeState, instance_count
+from runtimes.base import ExecutorRuntime, RuntimeOptions, RuntimeState, instance_count
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ MODEL_CLASS_NAME: Final = "TritonPythonModel"
 _DEVICE: Final = re.compile(r"cpu|cuda:(\d+)")
 
 
-class PythonRuntime(ModelRuntime):
+class PythonRuntime(ExecutorRuntime):
     """Runs ``TritonPythonModel`` instances from a ``model.py``; see the module docstring.
 
     Thread-safety: :meth:`infer` may be awaited concurrently; each batch borrows one idle
@@ -82,11 +82,11 @@ class PythonRuntime(ModelRuntime):
     """
 
     kind = "python"
+    engine_label = "Python"
     model_filename = "model.py"
 
     def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:
         super().__init__(name=name, version=version, options=options)
-        self._executor: ThreadPoolExecutor | None = None
         self._pool: _InstancePool | None = None
 
     async def load(self, model_dir: Path, config: mc.ModelConfig, device: str) -> None:
@@ -133,27 +133,11 @@ class PythonRuntime(ModelRuntime):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, pool.run, batch)
 
-    async def unload(self) -> None:
-        """Finalize every instance and forget the module; idempotent."""
-        executor = self._executor
-        if executor is None:
-            self._pool = None
-            self.state = RuntimeState.UNLOADED
-            return
-        self._executor = None
-        self.state = RuntimeState.UNLOADING
-        await asyncio.to_thread(self._release, executor)
-        self.state = RuntimeState.UNLOADED
-        logger.info(
-            "unloaded Python model %s version %s",
-            self.name,
-            self.version,
-            extra={"model": self.name, "version": self.version},
-        )
+    def _forget_engine(self) -> None:
+        self._pool = None
 
-    def _release(self, executor: ThreadPoolExecutor) -> None:
-        # Finalize only after the executor has drained, so no execute() overlaps it.
-        executor.shutdown(wait=True)
+    def _free_engine(self) -> None:
+        """Finalize every instance and forget the module."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close(self.name)

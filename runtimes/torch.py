@@ -38,7 +38,7 @@ from data_plane.errors import (
     ModelNotReadyError,
 )
 from data_plane.proto import model_config_pb2 as mc
-from runtimes.base import ModelRuntime, RuntimeOptions, RuntimeState, instance_count
+from runtimes.base import ExecutorRuntime, RuntimeOptions, RuntimeState, instance_count
 
 if TYPE_CHECKING:
     import torch
@@ -54,7 +54,7 @@ _TENSOR_DATATYPES: Final = frozenset(datatypes.NUMPY_DTYPES) - {"BYTES"}
 """Datatypes with a torch tensor form (numpy's, plus BF16 cast on the device); not BYTES."""
 
 
-class TorchRuntime(ModelRuntime):
+class TorchRuntime(ExecutorRuntime):
     """Serves TorchScript (``model.pt``) and ``torch.export`` (``model.pt2``) models.
 
     Runs under ``torch.inference_mode()`` on ``cpu`` or ``cuda:N``. One module is shared
@@ -63,11 +63,11 @@ class TorchRuntime(ModelRuntime):
     """
 
     kind = "pytorch"
+    engine_label = "PyTorch"
     model_filename = TORCHSCRIPT_FILENAME
 
     def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:
         super().__init__(name=name, version=version, options=options)
-        self._executor: ThreadPoolExecutor | None = None
         self._model: _TorchModel | None = None
 
     async def load(self, model_dir: Path, config: mc.ModelConfig, device: str) -> None:
@@ -114,30 +114,15 @@ class TorchRuntime(ModelRuntime):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, model.run, batch)
 
-    async def unload(self) -> None:
+    def _forget_engine(self) -> None:
+        self._model = None
+
+    def _free_engine(self) -> None:
         """Drop the module, collect it and, on CUDA, empty torch's caching allocator.
 
-        Idempotent. The CUDA context itself stays (torch never releases it), so device
-        memory returns to its level after the first CUDA use, not to zero.
+        The CUDA context itself stays (torch never releases it), so device memory returns
+        to its level after the first CUDA use, not to zero.
         """
-        executor = self._executor
-        if executor is None:
-            self._model = None
-            self.state = RuntimeState.UNLOADED
-            return
-        self._executor = None
-        self.state = RuntimeState.UNLOADING
-        await asyncio.to_thread(self._release, executor)
-        self.state = RuntimeState.UNLOADED
-        logger.info(
-            "unloaded PyTorch model %s version %s",
-            self.name,
-            self.version,
-            extra={"model": self.name, "version": self.version},
-        )
-
-    def _release(self, executor: ThreadPoolExecutor) -> None:
-        executor.shutdown(wait=True)
         model, self._model = self._model, None
         if model is None:
             return
