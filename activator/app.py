@@ -28,6 +28,7 @@ from activator.routes import routes
 from activator.settings import ActivatorSettings
 from activator.state import ActivatorState, Lifecycle
 from activator.traffic import Traffic, TrafficSink
+from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={
             ZeroserveError: http_errors.handle_zeroserve_error,
-            HTTPException: http_errors.handle_http_exception,
-            Exception: http_errors.handle_unexpected,
+            HTTPException: handle_http_exception,
+            Exception: handle_unexpected,
         },
     )

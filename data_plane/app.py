@@ -21,6 +21,7 @@ from data_plane.settings import DataPlaneSettings, ModelControlMode
 from data_plane.state import Lifecycle, ServerState
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
 from runtimes.base import RuntimeOptions
+from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +135,7 @@ def create_app(
         lifespan=lifespan,
         exception_handlers={
             ZeroserveError: http_errors.handle_zeroserve_error,
-            HTTPException: http_errors.handle_http_exception,
-            Exception: http_errors.handle_unexpected,
+            HTTPException: handle_http_exception,
+            Exception: handle_unexpected,
         },
     )

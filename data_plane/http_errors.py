@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -17,7 +16,10 @@ from data_plane.errors import (
     UnsupportedError,
     ZeroserveError,
 )
-from zeroserve.http import error_response, status_for as _status_for
+from zeroserve.http import (
+    error_response,
+    status_for as _status_for,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +52,3 @@ def from_error(error: ZeroserveError) -> Response:
 async def handle_zeroserve_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ZeroserveError)
     return from_error(exc)
-
-
-async def handle_http_exception(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    text = {404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, exc.detail)
-    return error_response(text, exc.status_code, dict(exc.headers or {}))
-
-
-async def handle_unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response("internal server error", 500)

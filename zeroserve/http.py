@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 import orjson
 import uvicorn
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,19 @@ def status_for(error: BaseException, table: Mapping[type[BaseException], int]) -
         if status is not None:
             return status
     return 500
+
+
+async def handle_http_exception(request: Request, exc: Exception) -> Response:
+    """Starlette's 404/405 (and other HTTP exceptions) as the JSON error body."""
+    assert isinstance(exc, HTTPException)
+    text = {404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, exc.detail)
+    return error_response(text, exc.status_code, dict(exc.headers or {}))
+
+
+async def handle_unexpected(request: Request, exc: Exception) -> Response:
+    """Any other exception: a generic 500; the traceback goes only to the log."""
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response("internal server error", 500)
 
 
 class Stoppable(Protocol):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,7 +23,12 @@ from control_plane.errors import (
     UpstreamError,
     ZeroserveError,
 )
-from zeroserve.http import error_response, status_for as _status_for
+from zeroserve.http import (
+    error_response,
+    handle_http_exception,
+    handle_unexpected,
+    status_for as _status_for,
+)
 
 __all__ = [
     "STATUS",
@@ -72,14 +76,3 @@ async def handle_zeroserve_error(request: Request, exc: Exception) -> Response:
     if status_for(exc) >= 500:
         logger.warning("%s %s: %s", request.method, request.url.path, exc.message)
     return from_error(exc)
-
-
-async def handle_http_exception(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    text = {404: "Not Found", 405: "Method Not Allowed"}.get(exc.status_code, exc.detail)
-    return error_response(text, exc.status_code, dict(exc.headers or {}))
-
-
-async def handle_unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    return error_response("internal server error", 500)
