@@ -77,6 +77,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="intra_op_thread_count config parameter, also used by the engine alone "
         "(default: the server's default, 0 = ONNX Runtime chooses)",
     )
+    parser.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="instance_group count in the generated configs; the engine alone then runs as "
+        "many batches at once from as many threads",
+    )
     parser.add_argument("--client", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument("--pin-client", metavar="CPUS", help="taskset CPU list for wrk")
     parser.add_argument("--pin-server", metavar="CPUS", help="taskset CPU list for the server")
@@ -144,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             specs,
             max_queue_delay_us=args.max_queue_delay_us,
             intra_op_threads=args.intra_op_threads,
+            instances=args.instances,
         )
         print(f"generated {', '.join(s.name for s in specs)} in {time.monotonic() - started:.1f} s")
         loadgen = _loadgen(args, workdir)
@@ -179,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.intra_op_threads is None
                 else args.intra_op_threads,
                 "inter_op_num_threads": engine_module.INTER_OP_THREADS,
+                "concurrent_callers": args.instances,
                 "note": "the server's defaults (runtimes/onnx.py); 0 lets ONNX Runtime choose",
             },
             "commands": commands,
@@ -191,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                     s,
                     max_queue_delay_us=args.max_queue_delay_us,
                     intra_op_threads=args.intra_op_threads,
+                    instances=args.instances,
                 ),
             }
             for s in specs
@@ -258,6 +268,7 @@ def _measure(
                         rows[point.model][: point.size],
                         duration_s=args.duration,
                         warmup_s=args.warmup,
+                        callers=args.instances,
                     )
                     record: dict[str, Any] = asdict(result)
                 else:

@@ -10,6 +10,7 @@ and calls ``session.run(output_names, feeds)``. The baseline does the same, in t
 from __future__ import annotations
 
 import resource
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,22 +71,39 @@ class Engine:
         outputs = self._session.run([OUTPUT_NAME], {INPUT_NAME: rows})
         return np.asarray(outputs[0])
 
-    def measure(self, rows: np.ndarray, *, duration_s: float, warmup_s: float) -> EngineResult:
-        """Call :meth:`run` on ``rows`` for ``warmup_s`` untimed, then ``duration_s`` timed."""
+    def measure(
+        self, rows: np.ndarray, *, duration_s: float, warmup_s: float, callers: int = 1
+    ) -> EngineResult:
+        """Call :meth:`run` on ``rows`` for ``warmup_s`` untimed, then ``duration_s`` timed.
+
+        ``callers`` threads call concurrently on the one session, as the server's
+        ``instance_group`` count lets that many batches run at once.
+        """
         deadline = time.perf_counter() + warmup_s
         while time.perf_counter() < deadline:
             self.run(rows)
-        latencies_ns: list[int] = []
+        per_caller: list[list[int]] = [[] for _ in range(callers)]
         usage = resource.getrusage(resource.RUSAGE_SELF)
         busy_s = busy_cpu_seconds()
         started = time.perf_counter_ns()
         deadline_ns = started + int(duration_s * 1e9)
-        now = started
-        while now < deadline_ns:
-            self.run(rows)
-            after = time.perf_counter_ns()
-            latencies_ns.append(after - now)
-            now = after
+
+        def loop(latencies_ns: list[int]) -> None:
+            now = time.perf_counter_ns()
+            while now < deadline_ns:
+                self.run(rows)
+                after = time.perf_counter_ns()
+                latencies_ns.append(after - now)
+                now = after
+
+        threads = [threading.Thread(target=loop, args=(lat,)) for lat in per_caller[1:]]
+        for thread in threads:
+            thread.start()
+        loop(per_caller[0])
+        for thread in threads:
+            thread.join()
+        now = time.perf_counter_ns()
+        latencies_ns = [value for lat in per_caller for value in lat]
         elapsed_s = (now - started) / 1e9
         busy_s = busy_cpu_seconds() - busy_s
         end_usage = resource.getrusage(resource.RUSAGE_SELF)

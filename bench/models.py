@@ -96,12 +96,17 @@ def write_model(spec: MlpSpec, path: Path) -> None:
 
 
 def config_text(
-    spec: MlpSpec, *, max_queue_delay_us: int, intra_op_threads: int | None = None
+    spec: MlpSpec,
+    *,
+    max_queue_delay_us: int,
+    intra_op_threads: int | None = None,
+    instances: int = 1,
 ) -> str:
     """The model's ``config.pbtxt``: ONNX Runtime backend, dynamic batching up to 32.
 
     ``intra_op_threads`` sets the ``intra_op_thread_count`` parameter (Triton's ONNX Runtime
-    backend name, which the server reads); None leaves the server's default.
+    backend name, which the server reads); None leaves the server's default. ``instances`` is
+    the ``instance_group`` count: how many batches may run at once.
     """
     delay = f" max_queue_delay_microseconds: {max_queue_delay_us} " if max_queue_delay_us else " "
     threads = ""
@@ -117,6 +122,7 @@ def config_text(
         f'input [ {{ name: "{INPUT_NAME}" data_type: TYPE_FP32 dims: [ {spec.input_size} ] }} ]\n'
         f'output [ {{ name: "{OUTPUT_NAME}" data_type: TYPE_FP32'
         f" dims: [ {spec.output_size} ] }} ]\n"
+        f"instance_group [ {{ count: {instances} kind: KIND_CPU }} ]\n"
         f"dynamic_batching {{{delay}}}\n"
         f"{threads}"
     )
@@ -128,12 +134,16 @@ def write_repository(
     *,
     max_queue_delay_us: int,
     intra_op_threads: int | None = None,
+    instances: int = 1,
 ) -> None:
     """Write a Triton-layout repository: ``<name>/config.pbtxt`` and ``<name>/1/model.onnx``."""
     for spec in specs:
         write_model(spec, root / spec.name / "1" / "model.onnx")
         config = config_text(
-            spec, max_queue_delay_us=max_queue_delay_us, intra_op_threads=intra_op_threads
+            spec,
+            max_queue_delay_us=max_queue_delay_us,
+            intra_op_threads=intra_op_threads,
+            instances=instances,
         )
         (root / spec.name / "config.pbtxt").write_text(config, encoding="utf-8")
 
