@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-import httpx
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -16,6 +16,7 @@ from starlette.middleware import Middleware
 from activator import http_errors
 from activator.buffer import Activate, Buffer
 from activator.errors import ZeroserveError
+from activator.metrics import ActivatorMetrics, BufferDepthCollector, RequestMetricsMiddleware
 from activator.placements import (
     ModelCatalog,
     ModelSource,
@@ -28,6 +29,8 @@ from activator.routes import routes
 from activator.settings import ActivatorSettings
 from activator.state import ActivatorState, Lifecycle
 from activator.traffic import Traffic, TrafficSink
+from activator.upstream import UpstreamPool, UpstreamTimeouts
+from zeroserve.cloudwatch import CloudWatchPublisher, PutMetricDataSink
 from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
@@ -44,6 +47,7 @@ def create_app(
     activator_id: str,
     *,
     lifecycle: Lifecycle | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> Starlette:
     """The activator app. Its lifespan builds the replica table, buffer, catalog, traffic
     counter and the upstream connection pool, follows the store's placements and reports
@@ -57,8 +61,17 @@ def create_app(
             in a cluster).
         activator_id: names this activator in traffic reports.
         lifecycle: shared with the server, which marks it stopping on a signal.
+        registry: where the activator's metrics live (``/metrics``); a new one when None.
     """
     lifecycle = lifecycle or Lifecycle()
+    publisher = None
+    if settings.cloudwatch_enabled:
+        publisher = CloudWatchPublisher(
+            PutMetricDataSink(),
+            flush_interval_s=settings.cloudwatch_flush_interval_s,
+            max_values=settings.cloudwatch_max_values,
+        )
+    metrics = ActivatorMetrics(registry or CollectorRegistry(), observer=publisher)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[ActivatorState]:
@@ -71,6 +84,8 @@ def create_app(
             activation_timeout_s=settings.activation_timeout_s,
             retry_after_s=settings.retry_after_s,
         )
+        depth = BufferDepthCollector(buffer.depths)
+        metrics.registry.register(depth)
         view = PlacementView(
             store,
             table,
@@ -85,29 +100,24 @@ def create_app(
             retry_after_s=settings.retry_after_s,
         )
         traffic = Traffic(store, activator_id, interval_s=settings.traffic_report_interval_s)
-        timeout = httpx.Timeout(
-            connect=settings.upstream_connect_timeout_s,
-            read=settings.upstream_read_timeout_s,
-            write=settings.upstream_write_timeout_s,
-            pool=settings.upstream_pool_timeout_s,
-        )
-        client = httpx.AsyncClient(
-            timeout=timeout,
-            limits=httpx.Limits(
-                max_connections=settings.upstream_max_connections,
-                max_keepalive_connections=settings.upstream_max_keepalive_connections,
-                keepalive_expiry=settings.upstream_keepalive_expiry_s,
+        pool = UpstreamPool(
+            UpstreamTimeouts(
+                connect_s=settings.upstream_connect_timeout_s,
+                read_s=settings.upstream_read_timeout_s,
+                write_s=settings.upstream_write_timeout_s,
+                pool_s=settings.upstream_pool_timeout_s,
             ),
-            # Worker traffic stays inside the cluster: no proxies or .netrc from the env.
-            trust_env=False,
+            max_connections=settings.upstream_max_connections,
+            max_idle_connections=settings.upstream_max_keepalive_connections,
+            idle_expiry_s=settings.upstream_keepalive_expiry_s,
         )
         proxy = Proxy(
-            client,
+            pool,
             table,
             view,
             buffer,
             traffic,
-            timeout=timeout,
+            read_timeout_s=settings.upstream_read_timeout_s,
             activation_timeout_s=settings.activation_timeout_s,
             retry_after_s=settings.retry_after_s,
         )
@@ -115,10 +125,17 @@ def create_app(
             asyncio.create_task(view.run(), name="activator-placements"),
             asyncio.create_task(traffic.run(), name="activator-traffic"),
         ]
+        if publisher is not None:
+            tasks.append(asyncio.create_task(publisher.run(), name="activator-cloudwatch"))
         try:
             await view.wait_synced(settings.startup_sync_timeout_s)
             yield ActivatorState(
-                settings=settings, catalog=catalog, proxy=proxy, view=view, lifecycle=lifecycle
+                settings=settings,
+                catalog=catalog,
+                proxy=proxy,
+                view=view,
+                lifecycle=lifecycle,
+                metrics=metrics,
             )
         finally:
             lifecycle.is_stopping = True
@@ -128,10 +145,15 @@ def create_app(
             await asyncio.gather(*tasks, return_exceptions=True)
             view.close()
             await traffic.flush()
-            await client.aclose()
+            await pool.aclose()
+            if publisher is not None:
+                await publisher.close()
+            metrics.registry.unregister(depth)
 
-    # Outermost first. None yet: access logging and request ids will go here, as pure ASGI.
-    middleware: list[Middleware] = []
+    # Outermost first; access logging and request ids will go here too, as pure ASGI. The
+    # metrics middleware sits inside Starlette's outermost error middleware and outside the
+    # exception handlers, so it sees the status those handlers answer with.
+    middleware = [Middleware(RequestMetricsMiddleware, metrics=metrics)]
     return Starlette(
         routes=routes,
         middleware=middleware,

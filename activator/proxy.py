@@ -1,11 +1,11 @@
 """Forwarding one request to a replica, and streaming the answer back untouched.
 
 :class:`Proxy` picks a replica (least outstanding requests) or, with none ready, waits in
-the model's buffer; then it sends the request with httpx and streams the worker's bytes
-back as they come. Bodies and headers pass through byte for byte, minus hop-by-hop
-headers. A replica that refused the connection never saw the request, so the request
-goes to another replica or back to the buffer; a failure after sending is the caller's
-502, a worker that took too long its 504.
+the model's buffer; then it sends the request over the upstream pool
+(:mod:`activator.upstream`) and streams the worker's bytes back as they come. Bodies and
+headers pass through byte for byte, minus hop-by-hop headers. A replica that refused the
+connection never saw the request, so the request goes to another replica or back to the
+buffer; a failure after sending is the caller's 502, a worker that took too long its 504.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from functools import partial
 from urllib.parse import quote
 
 import anyio
-import httpx
 import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -27,6 +26,14 @@ from activator.errors import UpstreamBusyError, UpstreamError, UpstreamTimeoutEr
 from activator.lb import Replica
 from activator.placements import PlacementView, ReplicaTable
 from activator.traffic import Traffic
+from activator.upstream import (
+    UpstreamConnectError,
+    UpstreamPool,
+    UpstreamPoolTimeoutError,
+    UpstreamProtocolError,
+    UpstreamReadTimeoutError,
+    UpstreamResponse,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +52,9 @@ _HOP_BY_HOP = frozenset(
 )
 """Headers that describe one connection, not the message (RFC 9110 section 7.6.1)."""
 
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect"}
-"""Also kept from the worker: ``Host`` names the activator, and the activator's server has
-already answered ``Expect: 100-continue``."""
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect", b"content-length"}
+"""Also kept from the worker: ``Host`` names the activator, the activator's server has
+already answered ``Expect: 100-continue``, and the pool writes the body's length itself."""
 
 
 class _NotSentError(Exception):
@@ -58,35 +65,34 @@ class Proxy:
     """Sends requests to replicas and streams their answers back.
 
     Parameters:
-        client: the one connection pool to every worker.
+        pool: the one connection pool to every worker.
         table: the ready replicas, to choose from.
         view: told to forget a replica that refused a connection.
         buffer: where requests wait while a model has no ready replica.
         traffic: counts each request from arrival to the end of its answer.
-        timeout: connect, read, write and pool timeouts for every upstream request.
+        read_timeout_s: the pool's read timeout, named in 504 answers.
         activation_timeout_s: how long a request may wait in the buffer in all.
         retry_after_s: carried by the 503 for a full connection pool.
     """
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        pool: UpstreamPool,
         table: ReplicaTable,
         view: PlacementView,
         buffer: Buffer,
         traffic: Traffic,
         *,
-        timeout: httpx.Timeout,
+        read_timeout_s: float,
         activation_timeout_s: float,
         retry_after_s: int,
     ) -> None:
-        self._client = client
+        self._pool = pool
         self._table = table
         self._view = view
         self._buffer = buffer
         self._traffic = traffic
-        self._extensions = {"timeout": timeout.as_dict()}
-        self._read_timeout_s = timeout.read
+        self._read_timeout_s = read_timeout_s
         self._activation_timeout_s = activation_timeout_s
         self._retry_after_s = retry_after_s
 
@@ -155,7 +161,9 @@ class Proxy:
                 if waited_s is not None:
                     self._traffic.first_response(model, replica.worker_id, waited_s)
             return _UpstreamResponse(
-                upstream, partial(self._finish, model, replica, grant, upstream)
+                upstream,
+                replica.url + target,
+                partial(self._finish, model, replica, grant, upstream),
             )
 
     async def _wait_in_buffer(
@@ -188,33 +196,29 @@ class Proxy:
         target: str,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
-    ) -> httpx.Response:
-        # httpx.Request rather than client.build_request: the latter merges the client's
-        # default headers (Accept, Accept-Encoding, User-Agent) into what we forward, and a
-        # worker would then compress answers for callers that never asked for it.
-        request = httpx.Request(
-            method, replica.url + target, headers=headers, content=body, extensions=self._extensions
-        )
+    ) -> UpstreamResponse:
+        # Only the client's headers go upstream (no defaults such as Accept-Encoding added),
+        # or a worker would compress answers for callers that never asked for it.
         try:
-            return await self._client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            return await self._pool.request(replica.url, method, target, headers, body)
+        except UpstreamConnectError as exc:
             raise _NotSentError from exc
-        except httpx.PoolTimeout as exc:
+        except UpstreamPoolTimeoutError as exc:
             raise UpstreamBusyError(model=model, retry_after_s=self._retry_after_s) from exc
-        except httpx.TimeoutException as exc:
+        except UpstreamReadTimeoutError as exc:
             raise UpstreamTimeoutError(
-                model=model, url=replica.url, timeout_s=self._read_timeout_s or 0.0
+                model=model, url=replica.url, timeout_s=self._read_timeout_s
             ) from exc
-        except httpx.TransportError as exc:
+        except UpstreamProtocolError as exc:
             raise UpstreamError(
                 model=model, url=replica.url, reason=str(exc) or type(exc).__name__
             ) from exc
 
     async def _finish(
-        self, model: str, replica: Replica, grant: Grant | None, upstream: httpx.Response
+        self, model: str, replica: Replica, grant: Grant | None, upstream: UpstreamResponse
     ) -> None:
         try:
-            await upstream.aclose()
+            upstream.close()
         finally:
             replica.in_flight -= 1
             if grant is not None:
@@ -225,28 +229,33 @@ class Proxy:
 class _UpstreamResponse(StreamingResponse):
     """The worker's status, headers and raw (still encoded) body, streamed as they come."""
 
-    def __init__(self, upstream: httpx.Response, on_close: Callable[[], Awaitable[None]]) -> None:
-        body: AsyncIterator[bytes] = upstream.aiter_raw()
-        headers = upstream.headers
-        is_event_stream = headers.get("content-type", "").startswith("text/event-stream")
-        if is_event_stream and "content-encoding" not in headers:
-            body = _sse_with_error_event(body, str(upstream.url))
-        super().__init__(body, status_code=upstream.status_code)
-        self.raw_headers = [
-            (name, value)
-            for name, value in ((k.lower(), v) for k, v in headers.raw)
-            if name not in _HOP_BY_HOP
-        ]
+    def __init__(
+        self, upstream: UpstreamResponse, url: str, on_close: Callable[[], Awaitable[None]]
+    ) -> None:
+        body: AsyncIterator[bytes] = upstream.chunks()
+        headers = dict(upstream.headers)
+        is_event_stream = headers.get(b"content-type", b"").startswith(b"text/event-stream")
+        if is_event_stream and b"content-encoding" not in headers:
+            body = _sse_with_error_event(body, url)
+        super().__init__(body, status_code=upstream.status)
+        self.raw_headers = [(k, v) for k, v in upstream.headers if k not in _HOP_BY_HOP]
         # A body of known length is already computed when its headers arrive; one without
         # (chunked, an event stream) may run for minutes and must stop when the client
         # leaves. Only the latter pays for Starlette's disconnect watcher (a task group).
-        self._is_open_ended = is_event_stream or "content-length" not in headers
+        self._is_open_ended = is_event_stream or b"content-length" not in headers
+        self._upstream = upstream
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             if self._is_open_ended:
                 await super().__call__(scope, receive, send)
+            elif self._upstream.is_complete:
+                # The usual case: the whole answer came with its head, one message out.
+                start = {"type": "http.response.start", "status": self.status_code}
+                await send(start | {"headers": self.raw_headers})
+                body = self._upstream.take_buffered()
+                await send({"type": "http.response.body", "body": body})
             else:
                 await self.stream_response(send)
         finally:
@@ -270,9 +279,9 @@ async def _sse_with_error_event(chunks: AsyncIterator[bytes], url: str) -> Async
     try:
         async for chunk in chunks:
             yield chunk
-    except httpx.TransportError as exc:
+    except (UpstreamProtocolError, UpstreamReadTimeoutError) as exc:
         logger.warning("event stream from %s failed: %r", url, exc)
-        error = {"error": f"worker {url} failed mid-stream: {type(exc).__name__}"}
+        error = {"error": f"worker {url} failed mid-stream: {exc}"}
         yield b"event: error\ndata: " + orjson.dumps(error) + b"\n\n"
 
 

@@ -528,7 +528,7 @@ async def test_an_event_stream_cut_mid_way_ends_with_an_error_event() -> None:
     assert response.content.startswith(b"data: one\n\nevent: error\ndata: ")
     error = orjson.loads(response.content.split(b"event: error\ndata: ")[1])
     assert error == {
-        "error": f"worker {url}/v2/models/m/infer failed mid-stream: RemoteProtocolError"
+        "error": f"worker {url}/v2/models/m/infer failed mid-stream: connection closed"
     }
 
 
