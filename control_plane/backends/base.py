@@ -33,10 +33,11 @@ class WorkerLost(Protocol):
 class PodBackend(abc.ABC):
     """Starts, lists, probes and stops workers of named pools.
 
-    Implementations: ``local`` (child processes) and, later, ``knative``. Methods are called
-    from one event loop, possibly from several tasks at once. A worker the backend lost on its
-    own is reported through the ``WorkerLost`` callback given at construction, after it has
-    been removed from ``list_workers``; a worker stopped through ``stop_worker`` is not.
+    Implementations: ``local`` (child processes) and ``knative`` (pods of Knative Services).
+    Methods are called from one event loop, possibly from several tasks at once. A worker the
+    backend lost on its own is reported through the ``WorkerLost`` callback given at
+    construction, after it has been removed from ``list_workers``; a worker stopped through
+    ``stop_worker`` is not.
     """
 
     @abc.abstractmethod
@@ -77,4 +78,6 @@ class PodBackend(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None:
-        """Stop every worker and background task. After this no worker process remains."""
+        """Stop this backend's background tasks and release its workers: ``local`` stops its
+        child processes (none remains after this); ``knative`` leaves its pods running, for
+        the next acting control plane to adopt with their models."""
