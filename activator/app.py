@@ -84,8 +84,6 @@ def create_app(
             activation_timeout_s=settings.activation_timeout_s,
             retry_after_s=settings.retry_after_s,
         )
-        depth = BufferDepthCollector(buffer.depths)
-        metrics.registry.register(depth)
         view = PlacementView(
             store,
             table,
@@ -127,6 +125,8 @@ def create_app(
         ]
         if publisher is not None:
             tasks.append(asyncio.create_task(publisher.run(), name="activator-cloudwatch"))
+        depth = BufferDepthCollector(buffer.depths)
+        metrics.registry.register(depth)  # unregistered below: the app may start again
         try:
             await view.wait_synced(settings.startup_sync_timeout_s)
             yield ActivatorState(

@@ -153,6 +153,10 @@ class Buffer:
         queue = self._queues.get(model)
         return queue.waiting if queue is not None else 0
 
+    def depths(self) -> dict[str, int]:
+        """How many requests wait per model, for the models that have a queue."""
+        return {model: queue.waiting for model, queue in self._queues.items()}
+
     async def wait(self, model: str, *, deadline: float, requeue: bool = False) -> Grant:
         """Wait in ``model``'s queue until a replica has a slot, at most until ``deadline``
         (event-loop time).

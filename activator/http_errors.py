@@ -1,9 +1,11 @@
-"""The one place where activator errors become HTTP responses: ``{"error": "..."}``."""
+"""The one place where activator errors become HTTP responses: ``{"error": "..."}``, or
+OpenAI's error object on the OpenAI paths (same status codes)."""
 
 from __future__ import annotations
 
 import logging
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -45,6 +47,26 @@ def from_error(error: ZeroserveError) -> Response:
     if isinstance(error, TooManyRequestsError | UnavailableError):
         headers = {"Retry-After": str(error.retry_after_s)}
     return error_response(error.message, status_for(error), headers)
+
+
+def openai_from_error(error: ZeroserveError) -> Response:
+    """``error`` as OpenAI's body: ``{"error": {"message", "type", "param", "code"}}``."""
+    status = status_for(error)
+    headers: dict[str, str] | None = None
+    if isinstance(error, TooManyRequestsError | UnavailableError):
+        headers = {"Retry-After": str(error.retry_after_s)}
+    is_unknown = isinstance(error, ModelNotFoundError)
+    body = {
+        "error": {
+            "message": error.message,
+            "type": "invalid_request_error" if status < 500 else "server_error",
+            "param": "model" if is_unknown else None,
+            "code": "model_not_found" if is_unknown else None,
+        }
+    }
+    return Response(
+        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 async def handle_zeroserve_error(request: Request, exc: Exception) -> Response:

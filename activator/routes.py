@@ -1,4 +1,4 @@
-"""The activator's HTTP surface: health, metadata, and the model paths it proxies.
+"""The activator's HTTP surface: health, metadata, metrics, and the model paths it proxies.
 
 Model requests are routed by name (the path for V2, the body's ``"model"`` for the OpenAI
 paths), refused with 404 for names nobody registered, and otherwise handed to the proxy
@@ -10,11 +10,19 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from activator.errors import InvalidInputError, ModelNotFoundError, RequestTooLargeError
+from activator.errors import (
+    InvalidInputError,
+    ModelNotFoundError,
+    RequestTooLargeError,
+    ZeroserveError,
+)
+from activator.http_errors import openai_from_error
+from activator.metrics import mark_model
 from activator.placements import ModelCatalog
 from activator.state import ActivatorState
 
@@ -75,12 +83,24 @@ async def model_request(request: Request) -> Response:
     state = _state(request)
     name: str = request.path_params["name"]
     await _require(state["catalog"], name)
+    mark_model(request.scope, name)
     body = await _read_body(request, state["settings"].max_request_bytes)
     return await state["proxy"].forward(name, request.scope, request.receive, body)
 
 
 async def openai_request(request: Request) -> Response:
-    """``/v1/completions`` and ``/v1/chat/completions``: the model is the body's ``"model"``."""
+    """``/v1/completions`` and ``/v1/chat/completions``: the model is the body's ``"model"``.
+
+    The activator's own errors (unknown model, full buffer, failed activation) take
+    OpenAI's error body here, so that OpenAI clients read them like the workers' errors.
+    """
+    try:
+        return await _openai_request(request)
+    except ZeroserveError as exc:
+        return openai_from_error(exc)
+
+
+async def _openai_request(request: Request) -> Response:
     state = _state(request)
     encoding = request.headers.get("content-encoding", "identity")
     if encoding != "identity":
@@ -90,6 +110,7 @@ async def openai_request(request: Request) -> Response:
     body = await _read_body(request, state["settings"].max_request_bytes)
     name = _openai_model(body)
     await _require(state["catalog"], name)
+    mark_model(request.scope, name)
     return await state["proxy"].forward(name, request.scope, request.receive, body)
 
 
@@ -100,6 +121,11 @@ async def openai_models(request: Request) -> Response:
         for r in records
     ]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
+
+
+async def metrics(request: Request) -> Response:
+    registry = _state(request)["metrics"].registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 async def _require(catalog: ModelCatalog, name: str) -> None:
@@ -149,5 +175,6 @@ routes: list[BaseRoute] = [
     Route("/v1/models", openai_models, methods=["GET"]),
     Route("/v1/completions", openai_request, methods=["POST"]),
     Route("/v1/chat/completions", openai_request, methods=["POST"]),
+    Route("/metrics", metrics, methods=["GET"]),
 ]
 """Matched in order: the local ``ready`` answers come before the catch-all model paths."""

@@ -68,6 +68,15 @@ class ActivatorSettings(BaseSettings):
     readiness_propagation_s: float = Field(default=0.0, ge=0)
     """Pause between failing readiness and refusing connections on shutdown."""
 
+    cloudwatch_enabled: bool = False
+    """Publish request metrics to CloudWatch (PutMetricData, namespace ``zeroserve``) with
+    boto3's standard AWS environment; see ``zeroserve.cloudwatch``."""
+    cloudwatch_flush_interval_s: float = Field(default=60.0, gt=0)
+    """How often buffered CloudWatch values are sent (60 s: CloudWatch's resolution)."""
+    cloudwatch_max_values: int = Field(default=20_000, gt=0)
+    """Distinct CloudWatch values (per minute and metric, four significant digits) held
+    between two sends; past it new ones are dropped, never waited for."""
+
     @model_validator(mode="after")
     def _check_bounds(self) -> Self:
         if self.upstream_max_keepalive_connections > self.upstream_max_connections:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypedDict
 
+from activator.metrics import ActivatorMetrics
 from activator.placements import ModelCatalog, PlacementView
 from activator.proxy import Proxy
 from activator.settings import ActivatorSettings
@@ -25,3 +26,4 @@ class ActivatorState(TypedDict):
     proxy: Proxy
     view: PlacementView
     lifecycle: Lifecycle
+    metrics: ActivatorMetrics

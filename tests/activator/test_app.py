@@ -79,7 +79,15 @@ async def test_unknown_openai_model_is_404_and_wakes_nothing() -> None:
     async with asgi_client(app) as client:
         response = await client.post("/v1/completions", json={"prompt": "hi", "model": "nope"})
     assert response.status_code == 404
-    assert response.json() == {"error": "model 'nope' is not registered"}
+    # OpenAI's error object on the OpenAI paths, so that its clients read it.
+    assert response.json() == {
+        "error": {
+            "message": "model 'nope' is not registered",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
     assert activate.calls == []
 
 
@@ -108,7 +116,8 @@ async def test_openai_bodies_without_a_model_are_400(body: bytes, message: str) 
     async with asgi_client(app) as client:
         response = await client.post("/v1/chat/completions", content=body)
     assert response.status_code == 400
-    assert response.json()["error"].startswith(message)
+    assert response.json()["error"]["message"].startswith(message)
+    assert response.json()["error"]["type"] == "invalid_request_error"
 
 
 async def test_bodies_over_the_limit_are_413() -> None:
@@ -172,7 +181,8 @@ async def test_compressed_openai_bodies_are_refused() -> None:
             headers={"Content-Encoding": "gzip"},
         )
     assert response.status_code == 400
-    assert response.json() == {"error": "Content-Encoding 'gzip' is not supported on this path"}
+    error = response.json()["error"]
+    assert error["message"] == "Content-Encoding 'gzip' is not supported on this path"
 
 
 async def test_unexpected_errors_are_500_without_details(caplog: pytest.LogCaptureFixture) -> None:
