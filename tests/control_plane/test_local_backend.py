@@ -1,11 +1,11 @@
-"""The local backend with real ``python -m data_plane`` workers: start, probe, stop, lose,
-and no orphan however the parent goes."""
+"""The local backend's own promises: no worker process survives, however the parent goes.
+
+Start, probe, stop, the pool bound, losing a killed worker and loading a model through the
+placer are in ``test_backend_contract.py``, which runs them against every backend."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -17,7 +17,6 @@ import pytest
 
 from control_plane.backends.base import PoolSpec
 from control_plane.backends.local import LocalBackend
-from control_plane.errors import NoCapacityError
 from tests.control_plane.fakes import make_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -69,39 +68,6 @@ async def backend(tmp_path: Path) -> AsyncIterator[tuple[LocalBackend, Lost]]:
         yield local, lost
     finally:
         await local.close()
-
-
-async def test_start_probe_stop(backend: tuple[LocalBackend, Lost]):
-    local, lost = backend
-    worker = await local.start_worker("default")
-    assert worker.url.startswith("http://127.0.0.1:")
-    assert [w.id for w in local.list_workers()] == [worker.id]
-    assert await local.health(worker.id)
-    pid = local.details(worker.id)["pid"]
-    assert isinstance(pid, int) and is_alive(pid)
-    await local.stop_worker(worker.id)
-    assert await wait_gone(pid)
-    assert local.list_workers() == []
-    assert not await local.health(worker.id)
-    assert lost.ids == []  # a stop on purpose is no loss
-
-
-async def test_pool_bound(backend: tuple[LocalBackend, Lost]):
-    local, _ = backend
-    await asyncio.gather(local.start_worker("default"), local.start_worker("default"))
-    with pytest.raises(NoCapacityError):
-        await local.start_worker("default")
-
-
-async def test_a_killed_worker_is_reported_lost(backend: tuple[LocalBackend, Lost]):
-    local, lost = backend
-    worker = await local.start_worker("default")
-    pid = local.details(worker.id)["pid"]
-    assert isinstance(pid, int)
-    os.kill(pid, signal.SIGKILL)
-    await asyncio.wait_for(lost.event.wait(), GONE_TIMEOUT_S)
-    assert lost.ids == [worker.id]
-    assert local.list_workers() == []
 
 
 async def test_close_leaves_no_process(backend: tuple[LocalBackend, Lost]):

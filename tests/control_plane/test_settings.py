@@ -44,7 +44,7 @@ def test_defaults_are_safe(monkeypatch: pytest.MonkeyPatch):
         pytest.param({"admin_token": "short"}, id="short-token"),
         pytest.param({"panic_window_s": 100.0, "stable_window_s": 60.0}, id="panic-over-stable"),
         pytest.param({"panic_threshold": 1.0}, id="threshold"),
-        pytest.param({"backend": "knative"}, id="backend"),
+        pytest.param({"backend": "docker"}, id="unknown-backend"),
         pytest.param({"load_timeout_s": 0}, id="timeout"),
     ],
 )
