@@ -9,13 +9,17 @@ not cancel it for the others.
 
 Every activation leaves a timeline in the store (the newest ``activations_kept`` per model)::
 
-    {"id", "model", "generation", "trigger", "outcome": "ready" | "revived" | "failed",
+    {"id", "model", "generation", "trigger",
+     "outcome": "ready" | "revived" | "woken" | "failed",
      "error", "queued_at" (wall clock), "worker": {"id", "url", "started"},
      "cache": "hit" | "miss" | "unknown", "bytes_fetched",
-     "phases": [{"phase": "queued" | "worker_ready" | "fetched" | "engine_built" | "ready"
-                          | "first_response",
+     "phases": [{"phase": "queued" | "worker_ready" | "fetched" | "engine_built" | "wake"
+                          | "ready" | "first_response",
                  "at_s": seconds since queued}, ...],
-     "durations_s": {"worker", "fetch", "engine", "load", "total", "first_response"}}
+     "durations_s": {"worker", "fetch", "engine", "load", "wake", "total", "first_response"}}
+
+A ``woken`` activation woke a sleeping replica (an LLM engine kept asleep on its worker): its
+``wake`` phase replaces ``engine_built`` and ``durations_s.wake`` replaces ``load``.
 
 ``fetched`` (and the fetch/engine split) appear only when the worker's cache counters moved
 during the load; see ``worker_client``. ``first_response`` is added later, when an activator
@@ -41,7 +45,7 @@ from control_plane.records import FirstResponse, ModelRecord, Placement
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 
-__all__ = ["Acting", "Orchestrator", "ReplicaPlacer"]
+__all__ = ["Acting", "ActivationObserver", "Orchestrator", "ReplicaPlacer"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ _T = TypeVar("_T")
 _ACTING_POLL_S = 0.2
 """How often a replica that does not act checks whether it does now."""
 
-_SUCCESS = ("ready", "revived")
+_SUCCESS = ("ready", "revived", "woken")
 """Outcomes of an activation that left a replica in place."""
 
 
@@ -73,6 +77,12 @@ class Acting(Protocol):
     def is_acting(self) -> bool: ...
 
 
+class ActivationObserver(Protocol):
+    """Told of every finished activation (CloudWatch's publisher, when it is on)."""
+
+    def activation_finished(self, *, model: str, outcome: str, duration_s: float) -> None: ...
+
+
 class Orchestrator:
     """De-duplicated, deadline-bound activations, each recorded as a timeline.
 
@@ -85,6 +95,7 @@ class Orchestrator:
         probe: liveness of a placement's worker; an activator asks for a model only when it
             cannot use the placements it knows, so on such a request a placement whose
             worker does not answer is removed instead of handed back.
+        observer: told of each finished activation, failed ones included.
     """
 
     def __init__(
@@ -98,8 +109,10 @@ class Orchestrator:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         probe: Probe | None = None,
+        observer: ActivationObserver | None = None,
     ) -> None:
         self._probe = probe
+        self._observer = observer
         self._store = store
         self._placer = placer
         self._settings = settings
@@ -350,12 +363,17 @@ class Orchestrator:
                 durations["engine"] = round(load_s - fetch_s, 6)
             if report.bytes_fetched:
                 self._metrics.activation_bytes.inc(report.bytes_fetched)
-        phases.append({"phase": "engine_built", "at_s": round(result.loaded_at - queued, 6)})
+        if result.is_woken:
+            phases.append({"phase": "wake", "at_s": round(result.loaded_at - queued, 6)})
+            durations["wake"] = round(load_s, 6)
+        else:
+            phases.append({"phase": "engine_built", "at_s": round(result.loaded_at - queued, 6)})
+            durations["load"] = round(load_s, 6)
         phases.append({"phase": "ready", "at_s": round(ready - queued, 6)})
-        durations["load"] = round(load_s, 6)
         durations["total"] = round(ready - queued, 6)
+        outcome = "revived" if result.is_revived else "woken" if result.is_woken else "ready"
         timeline.update(
-            outcome="revived" if result.is_revived else "ready",
+            outcome=outcome,
             cache=cache,
             worker={
                 "id": result.worker.id,
@@ -418,6 +436,12 @@ class Orchestrator:
             logger.warning("could not record the first response of %s: %s", report.model, exc)
 
     async def _record(self, model: str, timeline: dict[str, Any]) -> None:
+        if self._observer is not None:
+            self._observer.activation_finished(
+                model=model,
+                outcome=timeline["outcome"],
+                duration_s=timeline["durations_s"]["total"],
+            )
         try:
             await self._store.add_activation(model, timeline, keep=self._settings.activations_kept)
         except Exception as exc:

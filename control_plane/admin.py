@@ -48,6 +48,8 @@ class ReplicaControl(Protocol):
 
     async def retire(self, model: str, worker_id: str, *, reason: str) -> None: ...
 
+    async def unload_sleeping(self, model: str, worker_id: str) -> None: ...
+
     def is_retiring(self, model: str) -> bool: ...
 
     async def reload(self, model: ModelRecord) -> None: ...
@@ -223,8 +225,10 @@ class AdminService:
 
     async def _retire_all(self, name: str, *, reason: str) -> None:
         placements = await self._store.list_placements(name)
+        sleeping = await self._store.list_sleeping(name)
         await asyncio.gather(
-            *(self._replicas.retire(name, p.worker_id, reason=reason) for p in placements)
+            *(self._replicas.retire(name, p.worker_id, reason=reason) for p in placements),
+            *(self._replicas.unload_sleeping(name, s.worker_id) for s in sleeping),
         )
 
     async def _settle_reload(self, name: str) -> None:
@@ -240,6 +244,7 @@ class AdminService:
 
     async def _view(self, record: ModelRecord) -> schemas.ModelView:
         placements = await self._store.list_placements(record.name)
+        sleeping = await self._store.list_sleeping(record.name)
         reports = await self._store.traffic(record.name)
         timelines = await self._store.list_activations(record.name)
         last = timelines[0] if timelines else None
@@ -250,6 +255,8 @@ class AdminService:
             state = "loading"
         elif self._replicas.is_retiring(record.name):
             state = "unloading"
+        elif sleeping:
+            state = "sleeping"
         elif last is not None and last.get("outcome") == "failed":
             state = "failed"
         else:
@@ -271,6 +278,12 @@ class AdminService:
                         worker_id=p.worker_id, url=p.url, generation=p.generation, since=p.since
                     )
                     for p in placements
+                ],
+                sleeping=[
+                    schemas.Replica(
+                        worker_id=s.worker_id, url=s.url, generation=s.generation, since=s.since
+                    )
+                    for s in sleeping
                 ],
                 in_flight=sum(r.in_flight for r in reports),
                 last_request_at=max((r.last_request_at for r in reports), default=None),

@@ -13,6 +13,13 @@ A replica is retired in the order that loses no request: the placement is remove
 requests take the activation path), activators are given ``placement_propagation_s`` to see
 that, in-flight requests drain (bounded), and only then the worker unloads. A placement asked
 for while its replica is still in the propagation pause is revived in place instead.
+
+A replica of an LLM can be put to sleep the same way instead of unloaded (:meth:`Placer.sleep`):
+after the drain the worker puts its engine to sleep and the store records the replica as
+sleeping (activators never see those). Placing the model then wakes a sleeping replica first
+(no fetch, no engine build); a sleeping replica counts against its worker's room like a
+loaded one, and is the first to go when room is needed. Whoever removes a sleeping record from
+the store owns the replica, so a wake and an unload of the same one never both go ahead.
 """
 
 from __future__ import annotations
@@ -50,6 +57,10 @@ class WorkerApi(Protocol):
 
     async def unload(self, worker: WorkerRecord, model: str) -> None: ...
 
+    async def sleep(self, worker: WorkerRecord, model: str) -> None: ...
+
+    async def wake(self, worker: WorkerRecord, model: str) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class PlaceResult:
@@ -68,6 +79,8 @@ class PlaceResult:
     load: LoadReport | None
     evicted: tuple[str, ...] = ()
     """Models whose replicas were evicted to make room."""
+    is_woken: bool = False
+    """A sleeping replica was woken (``loaded_at`` is when the wake ended)."""
 
 
 class _Phase(enum.Enum):
@@ -83,6 +96,8 @@ class _Retirement:
     placement: Placement
     phase: _Phase = _Phase.PROPAGATING
     task: asyncio.Task[None] | None = field(default=None, repr=False)
+    to_sleep: bool = False
+    """Put the replica to sleep instead of unloading it."""
 
 
 @dataclass
@@ -90,6 +105,7 @@ class _Choice:
     worker: WorkerRecord | None
     """None: start a new worker, or wait for ``wait`` (workers starting)."""
     evict: Placement | None = None
+    evict_is_sleeping: bool = False
     wait: set[asyncio.Task[WorkerRecord]] | None = None
     is_start: bool = False
 
@@ -134,6 +150,8 @@ class Placer:
         """worker id -> models it has loaded before (its caches are warm for them)."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._starts: set[asyncio.Task[WorkerRecord]] = set()
+        self._sleeper_unloads: dict[tuple[str, str], asyncio.Task[None]] = {}
+        """(model, worker id) -> the unload of a replica that was asleep."""
 
     # ---- placing ----
 
@@ -147,7 +165,11 @@ class Placer:
         revived = await self._revive(model)
         if revived is not None:
             return revived
+        # A sleep under way ends with a sleeping replica to wake: let it finish first.
         await self._await_unloads(model.name)
+        woken = await self._wake(model)
+        if woken is not None:
+            return woken
         last: UpstreamError | None = None
         for _ in range(_PLACE_ATTEMPTS):
             try:
@@ -189,10 +211,15 @@ class Placer:
             break
         worker = choice.worker
         try:
-            if choice.evict is not None:
+            if choice.evict is not None and choice.evict_is_sleeping:
+                await self.unload_sleeping(choice.evict.model, choice.evict.worker_id)
+                evicted = (choice.evict.model,)
+            elif choice.evict is not None:
                 await self.retire(choice.evict.model, choice.evict.worker_id, reason="evicted")
                 evicted = (choice.evict.model,)
             ready_at = self._clock()
+            # A load of a model asleep on the worker wakes it there: it is not asleep after.
+            await self._store.remove_sleeping(model.name, worker.id)
             report = await self._workers.load(worker, model)
             loaded_at = self._clock()
             placement = Placement(
@@ -283,10 +310,13 @@ class Placer:
             and (device == "cpu" or w.device == device)
             and w.id not in self._stopping
         ]
-        placements = await self._store.list_placements()
+        live = await self._store.list_placements()
+        # Sleeping replicas hold their worker's memory too.
+        sleeping = await self._store.list_sleeping()
+        placements = live + sleeping
         records = {m.name: m for m in await self._store.list_models()}
         records[model.name] = model
-        hosting = {p.worker_id for p in placements if p.model == model.name}
+        hosting = {p.worker_id for p in live if p.model == model.name}
         hosting |= {w for w, models in self._pending.items() if model.name in models}
         hosting |= {w for (m, w) in self._retiring if m == model.name}
         candidates = [
@@ -303,7 +333,11 @@ class Placer:
             return _Choice(worker=min(candidates, key=rank))
         if self._worker_count() < self._pool.max_workers:
             return _Choice(worker=None)
-        victim = await self._victim(model, workers, hosting, placements, records)
+        asleep = self._sleeping_victim(model, workers, hosting, placements, sleeping, records)
+        if asleep is not None:
+            worker = next(w for w in workers if w.id == asleep.worker_id)
+            return _Choice(worker=worker, evict=asleep, evict_is_sleeping=True)
+        victim = await self._victim(model, workers, hosting, live, records)
         if victim is None and self._starts:
             return _Choice(worker=None, wait=set(self._starts))
         if victim is None:
@@ -317,6 +351,33 @@ class Placer:
             )
         worker = next(w for w in workers if w.id == victim.worker_id)
         return _Choice(worker=worker, evict=victim)
+
+    def _sleeping_victim(
+        self,
+        model: ModelRecord,
+        workers: list[WorkerRecord],
+        hosting: set[str],
+        placements: list[Placement],
+        sleeping: list[Placement],
+        records: dict[str, ModelRecord],
+    ) -> Placement | None:
+        """The longest-asleep replica whose unload makes room for ``model``: nobody is
+        using it, and no cold start is saved by keeping it over a loaded one."""
+        by_worker = {w.id: w for w in workers if w.id not in hosting}
+        options = [
+            s
+            for s in sleeping
+            if s.worker_id in by_worker
+            and (s.model, s.worker_id) not in self._sleeper_unloads
+            and self._fits(
+                by_worker[s.worker_id],
+                placements,
+                records,
+                model.resources.memory_bytes,
+                evicting=s,
+            )
+        ]
+        return min(options, key=lambda s: s.since) if options else None
 
     async def _victim(
         self,
@@ -417,6 +478,15 @@ class Placer:
         Returns once the worker has unloaded it (or is gone). Joins a retirement already
         under way; does nothing when there is no such placement.
         """
+        await self._take_away(model, worker_id, reason=reason, to_sleep=False)
+
+    async def sleep(self, model: str, worker_id: str) -> None:
+        """Put the replica of ``model`` on ``worker_id`` to sleep, losing no request: as
+        :meth:`retire`, but the worker's engine sleeps instead of unloading, and the store
+        records the replica as sleeping. A worker that cannot sleep it unloads it."""
+        await self._take_away(model, worker_id, reason="sleep", to_sleep=True)
+
+    async def _take_away(self, model: str, worker_id: str, *, reason: str, to_sleep: bool) -> None:
         key = (model, worker_id)
         retirement = self._retiring.get(key)
         if retirement is None:
@@ -432,7 +502,9 @@ class Placer:
                 if worker is None:
                     await self._store.remove_placement(model, worker_id)
                     return
-                retirement = _Retirement(model=model, worker=worker, placement=placement)
+                retirement = _Retirement(
+                    model=model, worker=worker, placement=placement, to_sleep=to_sleep
+                )
                 retirement.task = asyncio.create_task(
                     self._retire(retirement, reason), name=f"retire-{model}-{worker_id}"
                 )
@@ -468,6 +540,8 @@ class Placer:
             retirement.phase = _Phase.DRAINING
             await self._drain(model)
             retirement.phase = _Phase.UNLOADING
+            if retirement.to_sleep and await self._sleep_replica(retirement):
+                return
             try:
                 await self._workers.unload(worker, model)
             except UpstreamError as exc:
@@ -475,6 +549,112 @@ class Placer:
             logger.info("unloaded %s from %s", model, worker.id, extra={"model": model})
         finally:
             self._retiring.pop((model, worker.id), None)
+
+    async def _sleep_replica(self, retirement: _Retirement) -> bool:
+        """Ask the worker to put the drained replica to sleep and record it; False when the
+        worker cannot (the caller unloads it instead)."""
+        model, worker = retirement.model, retirement.worker
+        try:
+            await self._workers.sleep(worker, model)
+        except UpstreamError as exc:
+            logger.warning(
+                "%s on %s cannot sleep (%s); unloading it", model, worker.id, exc.message
+            )
+            return False
+        await self._store.put_sleeping(
+            dataclasses.replace(retirement.placement, since=self._wall())
+        )
+        logger.info(
+            "%s asleep on %s", model, worker.id, extra={"model": model, "worker": worker.id}
+        )
+        return True
+
+    async def _wake(self, model: ModelRecord) -> PlaceResult | None:
+        """Wake a sleeping replica of ``model``, if one is left of its current generation."""
+        for sleeper in await self._store.list_sleeping(model.name):
+            worker = next(
+                (w for w in self._backend.list_workers() if w.id == sleeper.worker_id), None
+            )
+            if sleeper.generation != model.generation or worker is None:
+                self._unload_sleeper_soon(sleeper.model, sleeper.worker_id)
+                continue
+            # Removing the record claims the replica: a concurrent unload_sleeping loses.
+            if not await self._store.remove_sleeping(model.name, worker.id):
+                continue
+            started = self._clock()
+            try:
+                await self._workers.wake(worker, model.name)
+            except UpstreamError as exc:
+                logger.warning("waking %s on %s failed: %s", model.name, worker.id, exc.message)
+                self._track_sleeper_unload(model.name, worker)
+                continue
+            woken_at = self._clock()
+            placement = Placement(
+                model=model.name,
+                worker_id=worker.id,
+                url=worker.url,
+                generation=model.generation,
+                since=self._wall(),
+            )
+            await self._store.add_placement(placement)
+            self._history.setdefault(worker.id, set()).add(model.name)
+            logger.info(
+                "woke %s on %s in %.3f s",
+                model.name,
+                worker.id,
+                woken_at - started,
+                extra={"model": model.name, "worker": worker.id},
+            )
+            return PlaceResult(
+                placement=placement,
+                worker=worker,
+                is_worker_started=False,
+                is_revived=False,
+                worker_ready_at=started,
+                loaded_at=woken_at,
+                load=None,
+                is_woken=True,
+            )
+        return None
+
+    async def unload_sleeping(self, model: str, worker_id: str) -> None:
+        """Unload a sleeping replica (idle past its timeout, evicted, or stale); does nothing
+        when it is not asleep any more (woken, or unloaded by someone else)."""
+        key = (model, worker_id)
+        running = self._sleeper_unloads.get(key)
+        if running is None:
+            if not await self._store.remove_sleeping(model, worker_id):
+                return
+            worker = next((w for w in self._backend.list_workers() if w.id == worker_id), None)
+            if worker is None:
+                return
+            running = self._track_sleeper_unload(model, worker)
+        await asyncio.wait([running])
+
+    def _unload_sleeper_soon(self, model: str, worker_id: str) -> None:
+        task = asyncio.create_task(
+            self.unload_sleeping(model, worker_id), name=f"unload-sleeping-{model}"
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _track_sleeper_unload(self, model: str, worker: WorkerRecord) -> asyncio.Task[None]:
+        """Unload ``model`` from ``worker`` (already claimed from the store) in a task that
+        loads of the model wait for."""
+        key = (model, worker.id)
+
+        async def unload() -> None:
+            try:
+                await self._workers.unload(worker, model)
+                logger.info("unloaded sleeping %s from %s", model, worker.id)
+            except UpstreamError as exc:
+                logger.warning("unloading sleeping %s from %s: %s", model, worker.id, exc.message)
+            finally:
+                self._sleeper_unloads.pop(key, None)
+
+        task = asyncio.create_task(unload(), name=f"unload-sleeping-{model}-{worker.id}")
+        self._sleeper_unloads[key] = task
+        return task
 
     async def _drain(self, model: str) -> None:
         """Wait for the model's in-flight requests while no other replica serves it.
@@ -528,24 +708,29 @@ class Placer:
 
     async def _await_unloads(self, model: str) -> None:
         """Let unloads of ``model`` finish: a load racing an unload on one worker loses."""
-        tasks = [r.task for (m, _), r in self._retiring.items() if m == model and r.task]
+        tasks: list[asyncio.Task[None]] = [
+            r.task for (m, _), r in self._retiring.items() if m == model and r.task
+        ]
+        tasks += [t for (m, _), t in self._sleeper_unloads.items() if m == model]
         if tasks:
             await asyncio.wait(tasks)
 
     # ---- workers ----
 
     def is_idle(self, worker_id: str, placements: list[Placement]) -> bool:
-        """No replica, load or unload on the worker."""
+        """No replica (``placements`` should hold sleeping ones too), load or unload on the
+        worker."""
         return (
             worker_id not in self._pending
             and not any(w == worker_id for (_, w) in self._retiring)
+            and not any(w == worker_id for (_, w) in self._sleeper_unloads)
             and not any(p.worker_id == worker_id for p in placements)
         )
 
     async def stop_worker_if_idle(self, worker_id: str) -> bool:
         """Stop the worker unless something was placed on it meanwhile; True if stopped."""
         async with self._lock:
-            placements = await self._store.list_placements()
+            placements = await self._store.list_placements() + await self._store.list_sleeping()
             if not self.is_idle(worker_id, placements) or worker_id in self._stopping:
                 return False
             self._stopping.add(worker_id)
@@ -571,7 +756,7 @@ class Placer:
         tasks: list[asyncio.Task[Any]] = [
             r.task for r in self._retiring.values() if r.task is not None
         ]
-        tasks += [*self._tasks, *self._starts]
+        tasks += [*self._tasks, *self._starts, *self._sleeper_unloads.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -5,7 +5,10 @@ Every ``reaper_interval_s``, while this replica acts:
 1. A model with ``min_replicas`` 0, no request in flight on any activator and none arriving
    for its ``idle_timeout_s`` loses all its replicas. Each is retired by the placer in the
    order that loses no request: placement removed, pause for activators, drain, unload.
-2. Replicas of models that are no longer registered are retired too.
+   With ``sleep_after_s`` set (LLMs), after that long its replicas are put to sleep the same
+   way instead (the engine stays, asleep, until a request wakes it), and sleeping replicas
+   are unloaded once the model has been idle for ``idle_timeout_s``.
+2. Replicas of models that are no longer registered are retired too, asleep or not.
 3. A worker with no replica, load or unload for ``pool_grace_period_s`` is stopped, except
    that ``warm_workers`` empty workers are kept; the longest-empty ones go first.
 4. While fewer than ``warm_workers`` workers are empty and the pool may grow, one more
@@ -44,6 +47,10 @@ class ReplicaRetirer(Protocol):
     """What the reaper needs of the placer."""
 
     async def retire(self, model: str, worker_id: str, *, reason: str) -> None: ...
+
+    async def sleep(self, model: str, worker_id: str) -> None: ...
+
+    async def unload_sleeping(self, model: str, worker_id: str) -> None: ...
 
     def is_idle(self, worker_id: str, placements: list[Placement]) -> bool: ...
 
@@ -136,21 +143,31 @@ class Reaper:
     async def sweep(self) -> None:
         """One pass over models and workers; retirements and starts run in the background."""
         placements = await self._store.list_placements()
+        sleeping = await self._store.list_sleeping()
         models = {m.name: m for m in await self._store.list_models()}
-        await self._reap_models(placements, models)
-        await self._reap_workers(await self._store.list_placements())
+        await self._reap_models(placements, sleeping, models)
+        await self._reap_workers(
+            await self._store.list_placements() + await self._store.list_sleeping()
+        )
         await self._reap_foreign_workers()
 
     async def _reap_models(
-        self, placements: list[Placement], models: dict[str, ModelRecord]
+        self,
+        placements: list[Placement],
+        sleeping: list[Placement],
+        models: dict[str, ModelRecord],
     ) -> None:
         by_model: dict[str, list[Placement]] = {}
         for placement in placements:
             by_model.setdefault(placement.model, []).append(placement)
+        asleep: dict[str, list[Placement]] = {}
+        for sleeper in sleeping:
+            asleep.setdefault(sleeper.model, []).append(sleeper)
         now = self._wall()
         for name in list(self._last_active):
-            if name not in by_model:
+            if name not in by_model and name not in asleep:
                 del self._last_active[name]
+        await self._reap_sleeping(asleep, models, now)
         for name, replicas in by_model.items():
             record = models.get(name)
             if record is None:
@@ -168,7 +185,20 @@ class Reaper:
                 continue
             if self._activations.is_activating(name):
                 continue
-            if now - last < record.scaling.idle_timeout_s:
+            idle_s = now - last
+            sleep_after_s = record.scaling.sleep_after_s
+            if 0 < sleep_after_s <= idle_s < record.scaling.idle_timeout_s:
+                logger.info(
+                    "%s idle for %.1f s (sleep after %.1f s); putting it to sleep",
+                    name,
+                    idle_s,
+                    sleep_after_s,
+                    extra={"model": name},
+                )
+                for p in replicas:
+                    self._sleep(p)
+                continue
+            if idle_s < record.scaling.idle_timeout_s:
                 continue
             logger.info(
                 "%s idle for %.1f s (timeout %.1f s); scaling to zero",
@@ -179,6 +209,39 @@ class Reaper:
             )
             for p in replicas:
                 self._retire(p, reason="idle")
+
+    async def _reap_sleeping(
+        self, asleep: dict[str, list[Placement]], models: dict[str, ModelRecord], now: float
+    ) -> None:
+        """Unload sleeping replicas of deleted models, and of models idle past their
+        ``idle_timeout_s`` (counted from the last request, as for loaded replicas)."""
+        for name, sleepers in asleep.items():
+            record = models.get(name)
+            if record is None:
+                for s in sleepers:
+                    self._unload_sleeping(s, reason="deleted")
+                continue
+            reports = await self._store.traffic(name)
+            if sum(r.in_flight for r in reports) > 0 or self._activations.is_activating(name):
+                continue
+            # A replica fell asleep sleep_after_s after the last request, unless the reaper
+            # that saw that request is gone (a failover): then count from the sleep.
+            fallback = min(s.since for s in sleepers) - record.scaling.sleep_after_s
+            last = max(
+                [r.last_request_at for r in reports] + [self._last_active.get(name, fallback)]
+            )
+            self._last_active[name] = last
+            if now - last < record.scaling.idle_timeout_s:
+                continue
+            logger.info(
+                "%s idle for %.1f s (timeout %.1f s); unloading its sleeping replicas",
+                name,
+                now - last,
+                record.scaling.idle_timeout_s,
+                extra={"model": name},
+            )
+            for s in sleepers:
+                self._unload_sleeping(s, reason="idle")
 
     async def _reap_workers(self, placements: list[Placement]) -> None:
         now = self._clock()
@@ -235,6 +298,19 @@ class Reaper:
 
     async def _retire_one(self, placement: Placement, reason: str) -> None:
         await self._placer.retire(placement.model, placement.worker_id, reason=reason)
+        self._metrics.unloads.labels(reason).inc()
+
+    def _sleep(self, placement: Placement) -> None:
+        # Keyed like a retirement: a replica is either put to sleep or unloaded, not both.
+        key = f"retire:{placement.model}:{placement.worker_id}"
+        self._run(key, self._placer.sleep(placement.model, placement.worker_id))
+
+    def _unload_sleeping(self, sleeper: Placement, *, reason: str) -> None:
+        key = f"unload-sleeping:{sleeper.model}:{sleeper.worker_id}"
+        self._run(key, self._unload_sleeping_one(sleeper, reason))
+
+    async def _unload_sleeping_one(self, sleeper: Placement, reason: str) -> None:
+        await self._placer.unload_sleeping(sleeper.model, sleeper.worker_id)
         self._metrics.unloads.labels(reason).inc()
 
     def _stop(self, worker_id: str) -> None:

@@ -22,6 +22,10 @@ class ScalingSpec:
     """In-flight requests per replica the autoscaler aims for."""
     idle_timeout_s: float = 300.0
     """No in-flight requests for this long -> the model loses its placements and unloads."""
+    sleep_after_s: float = 0.0
+    """No in-flight requests for this long -> its replicas sleep (LLM engines: KV cache
+    freed, weights in host memory) until a request wakes them or ``idle_timeout_s`` unloads
+    them; 0 never sleeps. Below ``idle_timeout_s`` when set."""
 
 
 @dataclass(frozen=True, slots=True)

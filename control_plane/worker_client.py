@@ -1,4 +1,5 @@
-"""Talking to a worker's data plane: Triton's repository load and unload, and its counters.
+"""Talking to a worker's data plane: Triton's repository load and unload, zeroserve's sleep
+and wake (LLM engines), and the worker's counters.
 
 A load is ``POST /v2/repository/models/{name}/load`` with ``storage_uri`` (and ``config``,
 a Triton ModelConfig JSON string, when the registration carries one). What the load cost in
@@ -121,6 +122,32 @@ class WorkerClient:
         if response.status_code != 200:
             raise UpstreamError(
                 worker=worker.id, reason=f"unload of '{model}' failed: {_reason(response)}"
+            )
+
+    async def sleep(self, worker: WorkerRecord, model: str) -> None:
+        """Put ``model`` to sleep on ``worker`` (``POST .../sleep``); it drains first.
+
+        Raises ``LoadFailedError`` when the worker refuses (a runtime that cannot sleep,
+        nothing loaded) and ``UpstreamError`` when it cannot be reached.
+        """
+        await self._repository_call(worker, model, "sleep", self._unload_timeout)
+
+    async def wake(self, worker: WorkerRecord, model: str) -> None:
+        """Wake ``model`` on ``worker`` (``POST .../wake``); same errors as :meth:`sleep`."""
+        await self._repository_call(worker, model, "wake", self._load_timeout)
+
+    async def _repository_call(
+        self, worker: WorkerRecord, model: str, action: str, timeouts: httpx.Timeout
+    ) -> None:
+        try:
+            response = await self._http.post(
+                f"{worker.url}/v2/repository/models/{model}/{action}", json={}, timeout=timeouts
+            )
+        except httpx.HTTPError as exc:
+            raise UpstreamError(worker=worker.id, reason=f"{action} call failed: {exc!r}") from exc
+        if response.status_code != 200:
+            raise LoadFailedError(
+                model=model, worker=worker.id, reason=f"{action}: {_reason(response)}"
             )
 
     async def is_live(self, url: str) -> bool:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -15,12 +16,14 @@ from starlette.routing import BaseRoute
 from data_plane import http_errors
 from data_plane.errors import ZeroserveError
 from data_plane.metrics import Metrics
+from data_plane.openai import routes as openai_routes
 from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
-from data_plane.routes import infer, metrics, models, repository, server
+from data_plane.routes import generate, infer, metrics, models, repository, server
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 from data_plane.state import Lifecycle, ServerState
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
 from runtimes.base import RuntimeOptions
+from runtimes.llm.base import LLMRuntime
 from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
@@ -57,6 +60,8 @@ def build_repository(
     def on_load(model: LoadedVersion) -> None:
         metrics_.model_loads.labels(model.name, "success").inc()
         metrics_.model_load_seconds.labels(model.name).observe(model.load_duration_s)
+        if isinstance(model.runtime, LLMRuntime):
+            model.runtime.observer = metrics_.llm.observer(model.name)
 
     def on_unload(model: LoadedVersion) -> None:
         metrics_.model_unloads.labels(model.name).inc()
@@ -69,6 +74,7 @@ def build_repository(
                 cache_dir=settings.cache_dir,
                 intra_op_threads=settings.intra_op_threads,
                 inter_op_threads=settings.inter_op_threads,
+                drain_timeout_s=settings.exit_timeout_s,
             ),
             gpu_count=gpu_count,
             batcher_queue_bound=settings.batcher_queue_bound,
@@ -77,6 +83,7 @@ def build_repository(
         cache,
         on_load=on_load,
         on_unload=on_unload,
+        on_sleep=metrics_.llm.transition,
     )
 
 
@@ -94,26 +101,58 @@ async def load_startup_models(settings: DataPlaneSettings, repo: ModelRepository
             logger.error("failed to load model %s at start: %s", name, exc.message)
 
 
+async def watch_engines(
+    repo: ModelRepository,
+    lifecycle: Lifecycle,
+    interval_s: float,
+    on_engine_dead: Callable[[], None] | None,
+) -> None:
+    """Fail readiness and call ``on_engine_dead`` (the server exits) once an LLM engine
+    died for good (STYLE C15): its requests can only fail, and a new process recovers it."""
+    while True:
+        await asyncio.sleep(interval_s)
+        dead = [
+            m.name
+            for m in repo.all_serving()
+            if isinstance(m.runtime, LLMRuntime) and m.runtime.is_dead
+        ]
+        if dead:
+            logger.error("the engine of %s died; stopping the server to be replaced", dead)
+            lifecycle.is_stopping = True
+            if on_engine_dead is not None:
+                on_engine_dead()
+            return
+
+
 def create_app(
     settings: DataPlaneSettings,
     repo: ModelRepository,
     cache: NodeCache,
     metrics_: Metrics,
     lifecycle: Lifecycle | None = None,
+    *,
+    on_engine_dead: Callable[[], None] | None = None,
 ) -> Starlette:
-    """The Starlette app serving ``repo``; its lifespan loads start-up models and, at
-    shutdown, drains and unloads every model and closes the node cache."""
+    """The Starlette app serving ``repo``; its lifespan loads start-up models, watches LLM
+    engines (``on_engine_dead`` is called when one dies; readiness fails either way) and,
+    at shutdown, drains and unloads every model and closes the node cache."""
     lifecycle = lifecycle or Lifecycle()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[ServerState]:
         await load_startup_models(settings, repo)
+        watchdog = asyncio.create_task(
+            watch_engines(repo, lifecycle, settings.engine_watchdog_interval_s, on_engine_dead),
+            name="engine-watchdog",
+        )
         try:
             yield ServerState(
                 settings=settings, repository=repo, metrics=metrics_, lifecycle=lifecycle
             )
         finally:
             lifecycle.is_stopping = True
+            watchdog.cancel()
+            await asyncio.gather(watchdog, return_exceptions=True)
             try:
                 await repo.close()
             finally:
@@ -121,6 +160,8 @@ def create_app(
 
     route_table: list[BaseRoute] = [
         *infer.routes,
+        *generate.routes,
+        *openai_routes.routes,
         *server.routes,
         *models.routes,
         *repository.routes,

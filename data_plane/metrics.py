@@ -2,7 +2,8 @@
 
 Triton's counters carry no ``_total`` suffix and prometheus_client always adds one, so the
 ``nv_*`` families are rendered here from the repository's statistics at scrape time (one
-source of truth with ``/stats``). Our own metrics live on an injected registry.
+source of truth with ``/stats``). Our own metrics live on an injected registry, LLM ones
+(vLLM's names) in ``llm_metrics``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from collections.abc import Iterable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from data_plane.gpu_metrics import GpuMetrics
+from data_plane.llm_metrics import LLMMetrics
 from data_plane.repository import LoadedVersion
 from data_plane.stats import FAILURE_REASONS
+from runtimes.llm.base import LLMRuntime
 
 _COUNTERS: tuple[tuple[str, str], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
@@ -77,10 +80,13 @@ class Metrics:
             ["model"],
             registry=self.registry,
         )
+        self.llm = LLMMetrics(self.registry)
 
     def render(self, models: Iterable[LoadedVersion]) -> bytes:
         """Prometheus text exposition (format 0.0.4) of every metric."""
-        lines = [*_triton_lines(list(models)), *self.gpus.lines()]
+        serving = list(models)
+        self.llm.refresh((m.name, m.runtime) for m in serving if isinstance(m.runtime, LLMRuntime))
+        lines = [*_triton_lines(serving), *self.gpus.lines()]
         return "\n".join(lines).encode() + b"\n" + generate_latest(self.registry)
 
 
@@ -133,6 +139,14 @@ def _triton_lines(models: list[LoadedVersion]) -> Iterator[str]:
     yield "# TYPE zeroserve_executing_requests gauge"
     for model in models:
         yield f"zeroserve_executing_requests{_labels(model)} {model.batcher.executing_count}"
+    yield (
+        "# HELP zeroserve_model_state 1 for each loaded model version, labelled with its "
+        "runtime's state (ready, sleeping, unloading, ...)"
+    )
+    yield "# TYPE zeroserve_model_state gauge"
+    for model in models:
+        state = model.runtime.state.value.lower()
+        yield f"zeroserve_model_state{_labels(model, state=state)} 1"
     yield "# HELP nv_model_load_duration_secs Model load time in seconds"
     yield "# TYPE nv_model_load_duration_secs gauge"
     for model in models:

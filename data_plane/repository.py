@@ -4,6 +4,11 @@ Loads are de-duplicated (a load of a model that is loading joins it) and never b
 event loop. A reload builds the new versions while the old ones keep serving, then swaps
 them. An unload takes the version out of service at once, lets the requests it already
 accepted finish, and returns only after the engine has released its memory.
+
+Runtimes that can sleep (LLM engines) have a third state: :meth:`ModelRepository.sleep`
+takes the model out of service like an unload but keeps its engine, asleep (KV cache freed,
+weights in host memory); :meth:`ModelRepository.wake` puts it back in service without a load.
+A load of a sleeping model that has not changed wakes it; an unload frees it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from data_plane.errors import (
     ModelNotReadyError,
     NotFoundError,
     UnknownModelError,
+    UnsupportedError,
 )
 from data_plane.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from data_plane.stats import ModelStats
@@ -53,6 +59,8 @@ class VersionState(enum.StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
     LOADING = "LOADING"
     UNLOADING = "UNLOADING"
+    SLEEPING = "SLEEPING"
+    """Not a Triton state: loaded, asleep, out of service until woken (LLM engines)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,12 +133,15 @@ class _Entry:
     task_is_load: bool = False
     cached: CachedModel | None = None
     """The node-cache pin on the files the serving versions were built from."""
+    sleeping: dict[int, LoadedVersion] = field(default_factory=dict)
+    """Versions asleep: built, out of service, woken by :meth:`ModelRepository.wake`."""
 
 
 class ModelRepository:
     """Names -> versions -> loaded runtimes, for one server process.
 
-    ``on_load`` and ``on_unload`` let the metrics layer add and drop a version's series.
+    ``on_load`` and ``on_unload`` let the metrics layer add and drop a version's series;
+    ``on_sleep(model, seconds, is_wake)`` reports each sleep and wake.
     """
 
     def __init__(
@@ -140,12 +151,14 @@ class ModelRepository:
         *,
         on_load: Callable[[LoadedVersion], None] | None = None,
         on_unload: Callable[[LoadedVersion], None] | None = None,
+        on_sleep: Callable[[str, float, bool], None] | None = None,
     ) -> None:
         self._settings = settings
         self._cache = cache
         self._entries: dict[str, _Entry] = {}
         self._on_load = on_load
         self._on_unload = on_unload
+        self._on_sleep = on_sleep
 
     @property
     def root(self) -> StorageUri:
@@ -160,11 +173,15 @@ class ModelRepository:
             raise UnknownModelError(model=name)
         if version is None:
             if not entry.serving:
+                if entry.sleeping:
+                    raise ModelNotReadyError(f"model '{name}' is sleeping; wake it first")
                 raise NotFoundError(_NO_VERSIONS.format(name=name))
             return entry.serving[max(entry.serving)]
         loaded = entry.serving.get(version)
         if loaded is not None:
             return loaded
+        if version in entry.sleeping:
+            raise ModelNotReadyError(f"model '{name}' version {version} is sleeping; wake it first")
         if version in entry.states:
             raise ModelNotReadyError(
                 f"Request for unknown model: '{name}' version {version} is not at ready state"
@@ -188,8 +205,10 @@ class ModelRepository:
         """Triton's strict readiness: every version known is READY or was unloaded on purpose."""
         for entry in self._entries.values():
             for state, reason in entry.states.values():
-                if state is not VersionState.READY and reason != "unloaded":
-                    return False
+                # Asleep or unloaded on purpose: the server can still serve what it holds.
+                if state in (VersionState.READY, VersionState.SLEEPING) or reason == "unloaded":
+                    continue
+                return False
         return True
 
     async def index(self, *, ready_only: bool) -> list[dict[str, Any]]:
@@ -270,13 +289,55 @@ class ModelRepository:
         entry.task, entry.task_is_load = task, False
         await asyncio.shield(task)
 
+    async def sleep(self, name: str) -> None:
+        """Take every version of ``name`` out of service and put its engine to sleep.
+
+        Requests in flight finish first (bounded by the drain timeout). Raises
+        UnknownModelError, NotFoundError when nothing is loaded, and UnsupportedError when
+        the model's runtime cannot sleep. Sleeping a sleeping model does nothing.
+        """
+        entry = self._entry_with_versions(name)
+        await self._serialized(entry, self._sleep(entry), f"sleep-{name}")
+
+    async def wake(self, name: str) -> None:
+        """Put a sleeping model back in service; waking a serving model does nothing."""
+        entry = self._entry_with_versions(name)
+        await self._serialized(entry, self._wake(entry), f"wake-{name}")
+
+    def _entry_with_versions(self, name: str) -> _Entry:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise UnknownModelError(model=name)
+        if not entry.serving and not entry.sleeping and not (entry.task and not entry.task.done()):
+            raise NotFoundError(_NO_VERSIONS.format(name=name))
+        return entry
+
+    async def _serialized(
+        self, entry: _Entry, work: Coroutine[Any, Any, None], task_name: str
+    ) -> None:
+        """Run ``work`` after whatever load, unload, sleep or wake of the model runs now."""
+        try:
+            while entry.task is not None and not entry.task.done():
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(entry.task)
+        except BaseException:
+            work.close()
+            raise
+        task = asyncio.create_task(work, name=task_name)
+        entry.task, entry.task_is_load = task, False
+        await asyncio.shield(task)
+
     async def close(self) -> None:
         """Let loads in progress settle (bounded), then unload everything (server shutdown)."""
         running = [e.task for e in self._entries.values() if e.task and not e.task.done()]
         if running:
             await asyncio.wait(running, timeout=self._settings.drain_timeout_s)
         await asyncio.gather(
-            *(self.unload(name) for name, e in list(self._entries.items()) if e.serving),
+            *(
+                self.unload(name)
+                for name, e in list(self._entries.items())
+                if e.serving or e.sleeping
+            ),
             return_exceptions=True,
         )
 
@@ -301,6 +362,10 @@ class ModelRepository:
         if plan.fingerprint == entry.fingerprint and set(entry.serving) == set(versions):
             cached.unpin()  # the loaded versions hold their own pin on the same files
             return
+        if plan.fingerprint == entry.fingerprint and set(entry.sleeping) == set(versions):
+            cached.unpin()
+            await self._wake(entry)  # the same model, asleep: waking it is the load
+            return
         for version in versions:
             if version not in entry.serving:
                 entry.states[version] = (VersionState.LOADING, "")
@@ -320,8 +385,8 @@ class ModelRepository:
             if isinstance(exc, ModelLoadError):
                 raise
             raise ModelLoadError(model=name, reason=reason) from exc
-        old, old_cached = entry.serving, entry.cached
-        entry.serving, entry.cached = built, cached
+        old, old_cached = {**entry.sleeping, **entry.serving}, entry.cached
+        entry.serving, entry.cached, entry.sleeping = built, cached, {}
         entry.fingerprint = plan.fingerprint
         for version in versions:
             entry.states[version] = (VersionState.READY, "")
@@ -441,9 +506,55 @@ class ModelRepository:
         loaded.config_json = model_config.to_json(version_config)
         return loaded
 
+    async def _sleep(self, entry: _Entry) -> None:
+        serving = entry.serving
+        for loaded in serving.values():
+            if not loaded.runtime.capabilities.can_sleep:
+                raise UnsupportedError(
+                    f"model '{entry.name}' ({loaded.runtime.kind}) cannot sleep; unload it instead"
+                )
+        if not serving:
+            return
+        started = time.monotonic()
+        # Out of service first: new requests get "not ready" while the engines drain.
+        entry.serving = {}
+        entry.sleeping = {**entry.sleeping, **serving}
+        try:
+            for loaded in serving.values():
+                entry.states[loaded.version] = (VersionState.SLEEPING, "")
+                await loaded.runtime.sleep()
+        except BaseException:
+            # An engine that failed to sleep cannot be trusted to serve: unload the model.
+            logger.exception("sleep of %s failed; unloading it", entry.name)
+            await self._unload(entry)
+            raise
+        if self._on_sleep is not None:
+            self._on_sleep(entry.name, time.monotonic() - started, False)
+        logger.info("%s asleep in %.3f s", entry.name, time.monotonic() - started)
+
+    async def _wake(self, entry: _Entry) -> None:
+        sleeping = entry.sleeping
+        if not sleeping:
+            return
+        started = time.monotonic()
+        try:
+            for loaded in sleeping.values():
+                await loaded.runtime.wake()
+        except BaseException:
+            logger.exception("wake of %s failed; unloading it", entry.name)
+            await self._unload(entry)
+            raise
+        entry.sleeping = {}
+        entry.serving = {**entry.serving, **sleeping}
+        for version in sleeping:
+            entry.states[version] = (VersionState.READY, "")
+        if self._on_sleep is not None:
+            self._on_sleep(entry.name, time.monotonic() - started, True)
+        logger.info("%s awake in %.3f s", entry.name, time.monotonic() - started)
+
     async def _unload(self, entry: _Entry) -> None:
-        serving, cached = entry.serving, entry.cached
-        entry.serving, entry.cached = {}, None
+        serving, cached = {**entry.sleeping, **entry.serving}, entry.cached
+        entry.serving, entry.cached, entry.sleeping = {}, None, {}
         entry.fingerprint = None
         for version in serving:
             entry.states[version] = (VersionState.UNLOADING, "")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
 
 import uvicorn
 
@@ -23,7 +25,15 @@ def run(settings: DataPlaneSettings) -> None:
     lifecycle = Lifecycle()
     cache = build_node_cache(settings, metrics)
     repository = build_repository(settings, metrics, cache, gpu_count=gpus)
-    app = create_app(settings, repository, cache, metrics, lifecycle)
+    app = create_app(
+        settings,
+        repository,
+        cache,
+        metrics,
+        lifecycle,
+        # SIGTERM to ourselves: the same graceful stop as from the supervisor.
+        on_engine_dead=lambda: os.kill(os.getpid(), signal.SIGTERM),
+    )
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -74,6 +74,9 @@ class DataPlaneSettings(BaseSettings):
     """Threads across engine operators; 0 lets the engine choose."""
     gpu_count: int | None = Field(default=None, ge=0)
     """GPUs this server may use; None detects them."""
+    engine_watchdog_interval_s: float = Field(default=1.0, gt=0)
+    """How often LLM engines are checked for an unrecoverable failure (the server then
+    fails readiness and exits, to be replaced)."""
 
     @field_validator("allowed_storage", mode="before")
     @classmethod

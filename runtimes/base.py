@@ -49,6 +49,8 @@ class RuntimeOptions:
     """Threads an engine may use inside one operator; 0 lets the engine choose."""
     inter_op_threads: int = 0
     """Threads an engine may use across operators; 0 lets the engine choose."""
+    drain_timeout_s: float = 30.0
+    """How long :meth:`ModelRuntime.sleep` lets requests in flight finish before aborting them."""
 
 
 class ModelRuntime(abc.ABC):

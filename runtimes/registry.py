@@ -16,14 +16,20 @@ from typing import Final
 
 from data_plane.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
+from runtimes.llm.hf import TransformersRuntime
+from runtimes.llm.vllm import VllmRuntime
 from runtimes.onnx import OnnxRuntime
 from runtimes.python_model import PythonRuntime
 from runtimes.torch import EXPORT_FILENAME, TORCHSCRIPT_FILENAME, TorchRuntime
 
 _BACKENDS: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
-    {runtime.kind: runtime for runtime in (OnnxRuntime, TorchRuntime, PythonRuntime)}
+    {
+        runtime.kind: runtime
+        for runtime in (OnnxRuntime, TorchRuntime, PythonRuntime, TransformersRuntime, VllmRuntime)
+    }
 )
-"""Config ``backend`` -> runtime class."""
+"""Config ``backend`` -> runtime class. LLM engines are chosen by backend only (as Triton's
+vLLM backend is): their folders hold a Hugging Face model, not a file named for them."""
 
 _PLATFORMS: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
     {
@@ -51,10 +57,16 @@ _DEFAULT_FILES: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
 )
 """Default file names a version folder may hold -> runtime class."""
 
-_ENGINE_MODULES: Final[Mapping[str, str | None]] = MappingProxyType(
-    {OnnxRuntime.kind: "onnxruntime", TorchRuntime.kind: "torch", PythonRuntime.kind: None}
+_ENGINE_MODULES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        OnnxRuntime.kind: ("onnxruntime",),
+        TorchRuntime.kind: ("torch",),
+        PythonRuntime.kind: (),
+        TransformersRuntime.kind: ("transformers", "torch"),
+        VllmRuntime.kind: ("vllm",),
+    }
 )
-"""Backend -> the package its engine needs (None: nothing beyond the server)."""
+"""Backend -> the packages its engine needs (none: nothing beyond the server)."""
 
 
 def available_backends() -> list[str]:
@@ -73,9 +85,11 @@ def runtime_class_for(config: ModelConfig, version_dir: Path | None) -> type[Mod
     if runtime is None:
         runtime = _from_files(config, version_dir)
     if not _is_installed(runtime.kind):
+        missing = [m for m in _ENGINE_MODULES[runtime.kind] if not _has_module(m)]
+        names = ", ".join(repr(m) for m in missing)
         raise ValueError(
-            f"backend {runtime.kind!r} needs the {_ENGINE_MODULES[runtime.kind]!r} package, "
-            f"which is not installed; available backends: {available_backends()}"
+            f"backend {runtime.kind!r} needs the {names} package{'s' if len(missing) > 1 else ''}"
+            f", which is not installed; available backends: {available_backends()}"
         )
     return runtime
 
@@ -132,5 +146,12 @@ def _from_files(config: ModelConfig, version_dir: Path | None) -> type[ModelRunt
 
 
 def _is_installed(kind: str) -> bool:
-    module = _ENGINE_MODULES[kind]
-    return module is None or importlib.util.find_spec(module) is not None
+    return all(_has_module(module) for module in _ENGINE_MODULES[kind])
+
+
+def _has_module(module: str) -> bool:
+    # find_spec raises ValueError for a module set to None in sys.modules (a blocked import).
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:
+        return False

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 Device = Literal["cpu", "cuda"]
-ModelState = Literal["ready", "loading", "unloading", "scaled_to_zero", "failed"]
+ModelState = Literal["ready", "loading", "unloading", "sleeping", "scaled_to_zero", "failed"]
 
 
 class _Strict(BaseModel):
@@ -71,11 +71,21 @@ class ScalingSpec(_Strict):
         le=30 * 86400,
         description="No request in flight for this long: the model unloads (min_replicas 0)",
     )
+    sleep_after_s: float = Field(
+        default=0.0,
+        ge=0,
+        le=30 * 86400,
+        description="No request in flight for this long: the replicas sleep (LLM engines: "
+        "KV cache freed, weights in host memory) until a request wakes them or "
+        "idle_timeout_s unloads them (min_replicas 0); 0 = never sleep",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
         if self.max_replicas < self.min_replicas:
             raise ValueError("max_replicas must be at least min_replicas")
+        if self.sleep_after_s and self.sleep_after_s >= self.idle_timeout_s:
+            raise ValueError("sleep_after_s must be less than idle_timeout_s (or 0: never)")
         return self
 
 
@@ -95,6 +105,7 @@ class ScalingPatch(_Strict):
     max_replicas: int | None = Field(default=None, ge=1, le=1000)
     target_concurrency: float | None = Field(default=None, gt=0, le=1_000_000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=30 * 86400)
+    sleep_after_s: float | None = Field(default=None, ge=0, le=30 * 86400)
 
 
 class ResourcesPatch(_Strict):
@@ -224,6 +235,9 @@ class ModelStatus(BaseModel):
 
     state: ModelState
     replicas: list[Replica]
+    sleeping: list[Replica] = Field(
+        default_factory=list, description="Replicas asleep on their workers (LLM engines)"
+    )
     in_flight: int = Field(description="Requests in flight on all activators")
     last_request_at: float | None = Field(description="Wall-clock seconds since the epoch")
     last_activation: dict[str, Any] | None = Field(description="The newest cold-start timeline")

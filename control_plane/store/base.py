@@ -74,6 +74,23 @@ class StateStore(abc.ABC):
     def subscribe_placements(self) -> AsyncIterator[PlacementEvent]:
         """Placement changes as they happen; starts with a RESYNC event."""
 
+    # ---- sleeping replicas (not published: activators never route to them) ----
+    @abc.abstractmethod
+    async def put_sleeping(self, replica: Placement) -> None:
+        """Record that ``replica.model`` sleeps on ``replica.worker_id`` (``since``: when it
+        fell asleep); replaces an earlier record of the pair."""
+
+    @abc.abstractmethod
+    async def remove_sleeping(self, model: str, worker_id: str) -> bool:
+        """Forget a sleeping replica; True only for the one caller that removed it, so that
+        a wake and an unload of the same replica never both go ahead."""
+
+    @abc.abstractmethod
+    async def list_sleeping(self, model: str | None = None) -> list[Placement]:
+        """Sleeping replicas, of one model or all, sorted by (model, worker id).
+
+        ``delete_model`` and ``remove_worker`` remove theirs too."""
+
     # ---- activation requests (activators -> acting control plane) ----
     @abc.abstractmethod
     async def request_activation(self, model: str) -> None:

@@ -134,6 +134,7 @@ class MemoryStateStore(StateStore):
         self._models: dict[str, bytes] = {}
         self._workers: dict[str, bytes] = {}
         self._placements: dict[tuple[str, str], bytes] = {}
+        self._sleeping: dict[tuple[str, str], bytes] = {}
         # model -> when its pending activation request lapses (clock seconds)
         self._pending: dict[str, float] = {}
         # first-response JSON -> when it lapses (clock seconds)
@@ -176,6 +177,8 @@ class MemoryStateStore(StateStore):
         # leftovers of a racing placer are cleaned up by deleting again.
         for key in [k for k in self._placements if k[0] == name]:
             self._publish_removed(self._placements.pop(key))
+        for key in [k for k in self._sleeping if k[0] == name]:
+            del self._sleeping[key]
         self._traffic.pop(name, None)
         self._timelines.pop(name, None)
         self._pending.pop(name, None)
@@ -191,6 +194,25 @@ class MemoryStateStore(StateStore):
         self._workers.pop(worker_id, None)
         for key in [k for k in self._placements if k[1] == worker_id]:
             self._publish_removed(self._placements.pop(key))
+        for key in [k for k in self._sleeping if k[1] == worker_id]:
+            del self._sleeping[key]
+
+    # ---- sleeping replicas ----
+    async def put_sleeping(self, replica: Placement) -> None:
+        self._check_open("put_sleeping")
+        self._sleeping[(replica.model, replica.worker_id)] = orjson.dumps(replica.to_json())
+
+    async def remove_sleeping(self, model: str, worker_id: str) -> bool:
+        self._check_open("remove_sleeping")
+        return self._sleeping.pop((model, worker_id), None) is not None
+
+    async def list_sleeping(self, model: str | None = None) -> list[Placement]:
+        self._check_open("list_sleeping")
+        return [
+            Placement.from_json(orjson.loads(self._sleeping[key]))
+            for key in sorted(self._sleeping)
+            if model is None or key[0] == model
+        ]
 
     async def list_workers(self) -> list[WorkerRecord]:
         self._check_open("list_workers")

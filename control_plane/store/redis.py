@@ -5,6 +5,7 @@ Layout, every key under ``key_prefix`` (``zeroserve:`` by default):
     models                      hash   name -> ModelRecord JSON
     workers                     hash   worker id -> WorkerRecord JSON
     placements                  hash   JSON ``[model, worker_id]`` -> Placement JSON
+    sleeping                    hash   JSON ``[model, worker_id]`` -> Placement JSON (asleep)
     activation-requests         zset   model -> when its pending request lapses (server ms)
     first-responses             zset   FirstResponse JSON -> when it lapses (server ms)
     timeline:<model>            list   cold-start timelines as JSON, newest first, capped
@@ -116,25 +117,39 @@ local function remove_placements_where(hash, field, value, channel)
 end
 """
 
-# KEYS: models, placements, timeline, traffic, traffic-expiry, activation-requests.
+# Removes every sleeping replica whose JSON field ``field`` equals ``value`` (no event).
+_REMOVE_SLEEPING_WHERE = """
+local function remove_sleeping_where(hash, field, value)
+  local entries = redis.call('HGETALL', hash)
+  for i = 1, #entries, 2 do
+    if cjson.decode(entries[i + 1])[field] == value then redis.call('HDEL', hash, entries[i]) end
+  end
+end
+"""
+
+# KEYS: models, placements, timeline, traffic, traffic-expiry, activation-requests, sleeping.
 # ARGV: name, placement channel. -> 1 if the record existed.
 _DELETE_MODEL = (
     _REMOVE_PLACEMENTS_WHERE
+    + _REMOVE_SLEEPING_WHERE
     + """
 local existed = redis.call('HDEL', KEYS[1], ARGV[1])
 remove_placements_where(KEYS[2], 'model', ARGV[1], ARGV[2])
+remove_sleeping_where(KEYS[7], 'model', ARGV[1])
 redis.call('DEL', KEYS[3], KEYS[4], KEYS[5])
 redis.call('ZREM', KEYS[6], ARGV[1])
 return existed
 """
 )
 
-# KEYS: workers, placements. ARGV: worker id, placement channel.
+# KEYS: workers, placements, sleeping. ARGV: worker id, placement channel.
 _REMOVE_WORKER = (
     _REMOVE_PLACEMENTS_WHERE
+    + _REMOVE_SLEEPING_WHERE
     + """
 redis.call('HDEL', KEYS[1], ARGV[1])
 remove_placements_where(KEYS[2], 'worker_id', ARGV[1], ARGV[2])
+remove_sleeping_where(KEYS[3], 'worker_id', ARGV[1])
 return 1
 """
 )
@@ -324,6 +339,7 @@ class RedisStateStore(StateStore):
         self._models_key = key_prefix + "models"
         self._workers_key = key_prefix + "workers"
         self._placements_key = key_prefix + "placements"
+        self._sleeping_key = key_prefix + "sleeping"
         self._activation_requests_key = key_prefix + "activation-requests"
         self._first_responses_key = key_prefix + "first-responses"
         self._lease_key = key_prefix + "lease"
@@ -409,6 +425,7 @@ class RedisStateStore(StateStore):
                     self._traffic_key(name),
                     self._traffic_expiry_key(name),
                     self._activation_requests_key,
+                    self._sleeping_key,
                 ],
                 args=[name, self._placement_channel],
             ),
@@ -427,9 +444,34 @@ class RedisStateStore(StateStore):
         await self._run(
             "remove_worker",
             lambda: self._remove_worker_script(
-                keys=[self._workers_key, self._placements_key],
+                keys=[self._workers_key, self._placements_key, self._sleeping_key],
                 args=[worker_id, self._placement_channel],
             ),
+        )
+
+    # ---- sleeping replicas ----
+    async def put_sleeping(self, replica: Placement) -> None:
+        field = _placement_field(replica.model, replica.worker_id)
+        await self._run(
+            "put_sleeping", lambda: self._client.hset(self._sleeping_key, field, _dumps(replica))
+        )
+
+    async def remove_sleeping(self, model: str, worker_id: str) -> bool:
+        field = _placement_field(model, worker_id)
+        removed = await self._run(
+            "remove_sleeping",
+            lambda: self._client.hdel(self._sleeping_key, field),
+            # A replay after a lost answer would find nothing and report False.
+            replay_safe=False,
+        )
+        return bool(removed)
+
+    async def list_sleeping(self, model: str | None = None) -> list[Placement]:
+        raws = await self._run("list_sleeping", lambda: self._client.hvals(self._sleeping_key))
+        replicas = [Placement.from_json(orjson.loads(raw)) for raw in raws]
+        return sorted(
+            (p for p in replicas if model is None or p.model == model),
+            key=lambda p: (p.model, p.worker_id),
         )
 
     async def list_workers(self) -> list[WorkerRecord]:

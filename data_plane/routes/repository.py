@@ -1,4 +1,13 @@
-"""Triton's model repository extension: index, load and unload."""
+"""Triton's model repository extension (index, load, unload), and sleep and wake.
+
+``POST /v2/repository/models/{name}/sleep`` and ``.../wake`` (explicit mode only, empty body
+or ``{}``) are zeroserve's, for models whose runtime can sleep (LLM engines): sleep takes
+the model out of service, lets its requests finish and puts its engine to sleep (KV cache
+freed, weights in host memory; the index shows the version ``SLEEPING``); wake puts it back
+in service without reading the weights again. Both answer 200 once done, 501 for a runtime
+that cannot sleep, and 404 when nothing of the model is loaded. The control plane's reaper
+sleeps idle LLMs with the first, and an activation wakes them with the second.
+"""
 
 from __future__ import annotations
 
@@ -91,8 +100,26 @@ async def unload(request: Request) -> Response:
     return Response(status_code=200)
 
 
+async def sleep(request: Request) -> Response:
+    _require_explicit(request)
+    await _json_body(request)
+    repository: ModelRepository = request.state.repository
+    await repository.sleep(request.path_params["name"])
+    return Response(status_code=200)
+
+
+async def wake(request: Request) -> Response:
+    _require_explicit(request)
+    await _json_body(request)
+    repository: ModelRepository = request.state.repository
+    await repository.wake(request.path_params["name"])
+    return Response(status_code=200)
+
+
 routes = [
     Route("/v2/repository/index", index, methods=["POST"]),
+    Route("/v2/repository/models/{name}/sleep", sleep, methods=["POST"]),
+    Route("/v2/repository/models/{name}/wake", wake, methods=["POST"]),
     Route("/v2/repository/{repository}/index", index, methods=["POST"]),
     Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
     Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),

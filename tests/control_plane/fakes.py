@@ -116,7 +116,8 @@ class FakeBackend(PodBackend):
 
 @dataclasses.dataclass
 class FakeWorkers:
-    """The worker HTTP API, recorded: ``events`` holds ("load"|"unload", worker, model)."""
+    """The worker HTTP API, recorded: ``events`` holds ("load"|"unload"|"sleep"|"wake",
+    worker, model)."""
 
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     fail_loads: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -125,6 +126,10 @@ class FakeWorkers:
     """worker ids whose next load fails as if the worker died."""
     load_gate: asyncio.Event | None = None
     cache: str = "hit"
+    cannot_sleep: set[str] = dataclasses.field(default_factory=set)
+    """models whose runtime cannot sleep (the worker answers 501)."""
+    fail_wakes: set[str] = dataclasses.field(default_factory=set)
+    """worker ids whose wakes fail as if the worker died."""
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
         if self.load_gate is not None:
@@ -141,6 +146,16 @@ class FakeWorkers:
 
     async def unload(self, worker: WorkerRecord, model: str) -> None:
         self.events.append(("unload", worker.id, model))
+
+    async def sleep(self, worker: WorkerRecord, model: str) -> None:
+        if model in self.cannot_sleep:
+            raise LoadFailedError(model=model, worker=worker.id, reason="501: cannot sleep")
+        self.events.append(("sleep", worker.id, model))
+
+    async def wake(self, worker: WorkerRecord, model: str) -> None:
+        if worker.id in self.fail_wakes:
+            raise UpstreamError(worker=worker.id, reason="connection reset")
+        self.events.append(("wake", worker.id, model))
 
     def loads(self) -> list[tuple[str, str]]:
         return [(w, m) for kind, w, m in self.events if kind == "load"]

@@ -301,12 +301,14 @@ async def test_register_list_show(api: Api):
         "max_replicas": 2,
         "target_concurrency": 8.0,
         "idle_timeout_s": 5.0,
+        "sleep_after_s": 0.0,
     }
     assert view["resources"] == {"device": "cpu", "memory_bytes": 1000}
     assert view["generation"] == 1
     assert view["status"] == {
         "state": "scaled_to_zero",
         "replicas": [],
+        "sleeping": [],
         "in_flight": 0,
         "last_request_at": None,
         "last_activation": None,

@@ -7,7 +7,7 @@ import importlib
 import pytest
 
 EXPORTS = {
-    "control_plane.activation": {"Acting", "Orchestrator", "ReplicaPlacer"},
+    "control_plane.activation": {"Acting", "ActivationObserver", "Orchestrator", "ReplicaPlacer"},
     "control_plane.admin": {"Acting", "ActivationControl", "AdminService", "ReplicaControl"},
     "control_plane.api.app": {"OPENAPI_PATH", "Acting", "AdminState", "create_app"},
     "control_plane.api.auth": {"BearerAuth"},

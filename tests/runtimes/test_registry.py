@@ -151,3 +151,16 @@ def test_runtimes_import_and_report_clearly_without_torch(tmp_path: Path) -> Non
     assert lines[0] == "['onnxruntime', 'python']"
     assert "registry: backend 'pytorch' needs the 'torch' package" in lines[1]
     assert "load: load failed for model 'm': PyTorch is not installed" in lines[2]
+
+
+def test_llm_engines_are_chosen_by_backend() -> None:
+    from runtimes.llm.hf import TransformersRuntime
+    from runtimes.llm.vllm import VllmRuntime
+
+    if importlib.util.find_spec("transformers") is not None and HAS_TORCH:
+        assert runtime_class_for(ModelConfig(backend="transformers"), None) is TransformersRuntime
+    if importlib.util.find_spec("vllm") is None:
+        with pytest.raises(ValueError, match="needs the 'vllm' package"):
+            runtime_class_for(ModelConfig(backend="vllm"), None)
+    else:
+        assert runtime_class_for(ModelConfig(backend="vllm"), None) is VllmRuntime

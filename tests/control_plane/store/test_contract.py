@@ -259,6 +259,44 @@ async def test_remove_worker_removes_its_placements_with_events(store: StateStor
     assert await store.list_placements() == [kept, marker]
 
 
+# ---- sleeping replicas ----
+
+
+async def test_sleeping_replicas_are_kept_apart_from_placements(store: StateStore):
+    asleep = placement("llm", "w1")
+    async with placement_events(store) as events:
+        await store.put_sleeping(asleep)
+        await store.put_sleeping(placement("llm", "w2"))
+        await store.put_sleeping(placement("other", "w1"))
+        marker = placement("marker", "w9")
+        await store.add_placement(marker)
+        # Activators never hear of sleeping replicas: the next event is the marker's.
+        assert await next_of(events) == added(marker)
+    assert await store.list_placements() == [marker]
+    assert [(p.model, p.worker_id) for p in await store.list_sleeping()] == [
+        ("llm", "w1"),
+        ("llm", "w2"),
+        ("other", "w1"),
+    ]
+    assert await store.list_sleeping("llm") == [asleep, placement("llm", "w2")]
+
+
+async def test_only_one_caller_removes_a_sleeping_replica(store: StateStore):
+    await store.put_sleeping(placement("llm", "w1"))
+    results = await asyncio.gather(*(store.remove_sleeping("llm", "w1") for _ in range(5)))
+    assert sorted(results) == [False, False, False, False, True]
+    assert await store.list_sleeping() == []
+
+
+async def test_deleting_a_model_or_a_worker_forgets_its_sleeping_replicas(store: StateStore):
+    await store.create_model(model("llm"))
+    for pair in (("llm", "w1"), ("llm", "w2"), ("other", "w1"), ("other", "w2")):
+        await store.put_sleeping(placement(*pair))
+    await store.delete_model("llm")
+    await store.remove_worker("w1")
+    assert await store.list_sleeping() == [placement("other", "w2")]
+
+
 # ---- placements ----
 
 

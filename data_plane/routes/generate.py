@@ -1,0 +1,166 @@
+"""Triton's generate extension on LLM runtimes: ``/v2/models/{name}[/versions/{v}]/generate``
+and ``.../generate_stream``.
+
+The body is a JSON object whose keys are the model's inputs (``text_input``, and optionally
+``sampling_parameters`` as a JSON string and ``exclude_input_in_output``) plus ``id`` and
+``parameters``; sampling parameters (OpenAI's names: max_tokens, temperature, top_p, stop,
+seed) come from ``parameters`` or ``sampling_parameters``, as Triton's vLLM backend takes them.
+``generate`` answers ``{"model_name", "model_version", ["id"], "text_output"}``, the prompt
+followed by the completion unless ``exclude_input_in_output`` is true; ``generate_stream``
+sends one such object per server-sent event with the new text only. Errors before the
+stream are Triton's ``{"error"}`` bodies; one during the stream is a last ``{"error"}`` event.
+A client that leaves aborts its generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from data_plane.errors import (
+    InvalidArgumentError,
+    ModelNotReadyError,
+    ServerStoppingError,
+    ZeroserveError,
+)
+from data_plane.http_errors import from_error
+from data_plane.llm import SSE_HEADERS, language_model, sse_event, until_disconnected
+from data_plane.routes.body import ClientDisconnectedError, read_body
+from data_plane.routes.models import path_version
+from runtimes.llm.base import DEFAULT_MAX_TOKENS, EXCLUDE_INPUT, SAMPLING_INPUT, TEXT_INPUT
+from runtimes.llm.sampling import Delta, sampling_from_mapping
+
+logger = logging.getLogger(__name__)
+
+_STREAM_PARAMETER = "stream"
+"""Triton vLLM's request parameter choosing streaming; the path decides here."""
+
+
+async def generate(request: Request) -> Response:
+    return await _generate(request, is_stream=False)
+
+
+async def generate_stream(request: Request) -> Response:
+    return await _generate(request, is_stream=True)
+
+
+async def _generate(request: Request, *, is_stream: bool) -> Response:
+    try:
+        if request.state.lifecycle.is_stopping:
+            raise ServerStoppingError()
+        name = request.path_params["name"]
+        model, runtime = language_model(request.state.repository, name, path_version(request))
+        body = await read_body(request, request.state.settings.max_input_bytes)
+        doc = _document(body)
+        request_id = doc.get("id")
+        if request_id is not None and not isinstance(request_id, str):
+            raise InvalidArgumentError("'id' must be a string")
+        prompt, params, is_excluded = _inputs(doc)
+        prompt_ids = await until_disconnected(request.receive, runtime.encode(prompt))
+        deltas = runtime.generate(prompt_ids, params)
+    except ClientDisconnectedError:
+        return Response(status_code=499)
+    except ZeroserveError as exc:
+        return from_error(exc)
+    head: dict[str, Any] = {"model_name": model.name, "model_version": str(model.version)}
+    if request_id is not None:
+        head["id"] = request_id
+    if is_stream:
+        return StreamingResponse(
+            _events(head, deltas), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+    try:
+        text = await until_disconnected(request.receive, _collect(deltas))
+    except ClientDisconnectedError:
+        return Response(status_code=499)
+    except ZeroserveError as exc:
+        return from_error(exc)
+    output = text if is_excluded else prompt + text
+    return Response(orjson.dumps({**head, "text_output": output}), media_type="application/json")
+
+
+def _document(body: bytes) -> dict[str, Any]:
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgumentError("the request body must be a JSON object")
+    return doc
+
+
+def _inputs(doc: dict[str, Any]) -> tuple[str, Any, bool]:
+    """(prompt, sampling parameters, exclude the prompt from the output)."""
+    unknown = set(doc) - {TEXT_INPUT, SAMPLING_INPUT, EXCLUDE_INPUT, "id", "parameters"}
+    if unknown:
+        raise InvalidArgumentError(f"unexpected inference input '{sorted(unknown)[0]}'")
+    prompt = doc.get(TEXT_INPUT)
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise InvalidArgumentError(f"expected a string for input '{TEXT_INPUT}'")
+    parameters = doc.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise InvalidArgumentError("'parameters' must be a JSON object")
+    sampling = dict(parameters)
+    sampling.pop(_STREAM_PARAMETER, None)
+    raw = doc.get(SAMPLING_INPUT)
+    if raw is not None:
+        if not isinstance(raw, str):
+            raise InvalidArgumentError(f"'{SAMPLING_INPUT}' must be a JSON string")
+        try:
+            extra = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidArgumentError(f"'{SAMPLING_INPUT}' is not valid JSON: {exc}") from None
+        if not isinstance(extra, dict):
+            raise InvalidArgumentError(f"'{SAMPLING_INPUT}' must hold a JSON object")
+        sampling.update(extra)
+    exclude = doc.get(EXCLUDE_INPUT, False)
+    if not isinstance(exclude, bool):
+        raise InvalidArgumentError(f"'{EXCLUDE_INPUT}' must be a boolean")
+    params = sampling_from_mapping(sampling, default_max_tokens=DEFAULT_MAX_TOKENS)
+    return prompt, params, exclude
+
+
+async def _collect(deltas: Any) -> str:
+    parts: list[str] = []
+    async with contextlib.aclosing(deltas) as stream:
+        async for delta in stream:
+            parts.append(delta.text)
+            if delta.finish_reason == "abort":
+                raise ModelNotReadyError("the generation was aborted (the model is going away)")
+    return "".join(parts)
+
+
+async def _events(head: dict[str, Any], deltas: Any) -> AsyncIterator[bytes]:
+    try:
+        async with contextlib.aclosing(deltas) as stream:
+            async for delta in stream:
+                assert isinstance(delta, Delta)
+                if delta.finish_reason == "abort":
+                    raise ModelNotReadyError("the generation was aborted (the model is going away)")
+                if delta.text or delta.finish_reason is not None:
+                    yield sse_event({**head, "text_output": delta.text})
+    except ZeroserveError as exc:
+        logger.warning("generate_stream of %s failed: %s", head["model_name"], exc.message)
+        yield sse_event({"error": exc.message})
+    except Exception:
+        logger.exception("generate_stream of %s failed", head["model_name"])
+        yield sse_event({"error": "internal server error"})
+
+
+routes = [
+    Route("/v2/models/{name}/generate", generate, methods=["POST"]),
+    Route("/v2/models/{name}/versions/{version}/generate", generate, methods=["POST"]),
+    Route("/v2/models/{name}/generate_stream", generate_stream, methods=["POST"]),
+    Route(
+        "/v2/models/{name}/versions/{version}/generate_stream", generate_stream, methods=["POST"]
+    ),
+]
