@@ -1,0 +1,146 @@
+"""One measured point: ``zeroserve bench`` against a server, or the engine alone.
+
+The load generator is the same for every server: ``zeroserve bench`` as a subprocess
+(closed loop, batch-1 JSON requests, random inputs from the model's metadata), its results
+read from its ``--json`` output. Around it the server's whole process tree's CPU is read
+from ``/proc``, so that a server with worker processes (MLServer's default) is charged for
+them; the server's CPU per request is that CPU over the load's seconds (warm-up and timed
+window, both under the same load) divided by the window's throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.engine import Engine
+from bench.machine import busy_cpu_seconds
+from bench.server import REPO_ROOT, process_cpu_seconds
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    """How long each point runs."""
+
+    duration_s: float
+    warmup_s: float
+    timeout_s: float = 30.0
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds used so far by ``root`` and its live descendants (exited ones are lost,
+    which is why servers are measured while their workers live)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        ppid = int(text.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            total += process_cpu_seconds(pid)
+        except OSError:
+            continue
+        stack.extend(parents.get(pid, ()))
+    return total
+
+
+def bench_command(
+    url: str, model: str, concurrency: int, settings: LoadSettings, json_out: Path
+) -> list[str]:
+    """The ``zeroserve bench`` command line of one point."""
+    return [
+        sys.executable,
+        "-m",
+        "zeroserve.cli",
+        "bench",
+        url,
+        "--model",
+        model,
+        "--concurrency",
+        str(concurrency),
+        "--duration",
+        f"{settings.duration_s:g}s",
+        "--warmup",
+        f"{settings.warmup_s:g}s",
+        "--timeout",
+        f"{settings.timeout_s:g}s",
+        "--progress",
+        "none",
+        "--json",
+        str(json_out),
+    ]
+
+
+def served_point(
+    url: str,
+    model: str,
+    concurrency: int,
+    settings: LoadSettings,
+    server_pid: int,
+    workdir: Path,
+) -> dict[str, Any]:
+    """Run one point of load; its figures, or ``{"failed": why}`` with zero throughput."""
+    json_out = workdir / f"point-{time.monotonic_ns()}.json"
+    command = bench_command(url, model, concurrency, settings, json_out)
+    cpu, busy = tree_cpu_seconds(server_pid), busy_cpu_seconds()
+    wall = time.monotonic()
+    try:
+        done = subprocess.run(
+            command,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=settings.duration_s + settings.warmup_s + settings.timeout_s + 120,
+        )
+    except subprocess.TimeoutExpired:
+        return _failed("zeroserve bench did not finish in time", command)
+    wall = time.monotonic() - wall
+    cpu, busy = tree_cpu_seconds(server_pid) - cpu, busy_cpu_seconds() - busy
+    if done.returncode == 2 or not json_out.is_file():
+        return _failed((done.stderr or done.stdout).strip()[-500:], command)
+    level = json.loads(json_out.read_text(encoding="utf-8"))["levels"][0]
+    json_out.unlink()
+    loaded_s = settings.duration_s + settings.warmup_s
+    server_cores = cpu / loaded_s
+    client_cores = float(level["client_cpu_cores"] or 0.0)
+    throughput = float(level["throughput"])
+    latency = level["latency"]
+    return {
+        "throughput": throughput,
+        "p50_ms": latency["p50_ms"],
+        "p90_ms": latency["p90_ms"],
+        "p99_ms": latency["p99_ms"],
+        "ok": level["ok"],
+        "errors": level["errors"],
+        "error_count": level["error_count"],
+        "error_samples": level["error_samples"],
+        "server_cpu_cores": server_cores,
+        "server_cpu_ms_per_request": server_cores / throughput * 1e3 if throughput else None,
+        "client_cpu_cores": client_cores,
+        # The rest of the machine over the whole subprocess (its start included): noise.
+        "other_cpu_cores": max(busy - cpu - client_cores * loaded_s, 0.0) / wall,
+    }
+
+
+def engine_point(engine: Engine, rows: np.ndarray, settings: LoadSettings) -> dict[str, Any]:
+    """The engine alone, ``session.run`` on ``rows`` in a loop in this process."""
+    result = engine.measure(rows, duration_s=settings.duration_s, warmup_s=settings.warmup_s)
+    return asdict(result) | {"server_cpu_cores": result.cpu_cores}
+
+
+def _failed(why: str, command: list[str]) -> dict[str, Any]:
+    return {"failed": why, "throughput": 0.0, "command": command}

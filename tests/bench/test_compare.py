@@ -1,0 +1,64 @@
+"""``bench/compare.py --quick`` (what CI runs of it): engine alone and zeroserve, end to end.
+
+The peers are left out of the quick run, visibly: installing MLServer and KServe into their
+environments takes about two minutes on the 2-core machine, more than CI's test budget; the
+full run (``python bench/compare.py``) installs and measures them. Only what the run reports
+is checked, never how fast anything was.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_compare_writes_results_and_plot(tmp_path):
+    results = tmp_path / "results"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "compare.py"),
+            "--quick",
+            "--no-activator",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--results-dir",
+            str(results),
+            "--tag",
+            "ci",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "MLServer and KServe are skipped" in done.stderr
+    [document_path] = results.glob("*-ci-compare-quick.json")
+    assert document_path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    document = json.loads(document_path.read_text())
+    servers = {(p["server"], p["batch_size"], p["concurrency"]) for p in document["points"]}
+    assert servers == {
+        ("engine", 1, None),
+        ("engine", 32, None),
+        ("zeroserve", 1, 1),
+        ("zeroserve", 1, 64),
+    }
+    for point in document["points"]:
+        assert point["median"]["throughput"] > 0
+        if point["server"] == "zeroserve":
+            assert all(r["error_count"] == 0 for r in point["repeats"])
+    ratio = document["summary"]["servers"]["zeroserve"]["64"]["ratio_to_engine_b32"]
+    assert ratio > 0
+    cold = document["cold_load"]
+    assert set(cold) == {"engine", "zeroserve"}
+    assert all(not r.get("failed") and r["load_s"] > 0 for runs in cold.values() for r in runs)
+    assert document["caveat"]

@@ -1,0 +1,192 @@
+"""``zeroserve bench`` end to end against a real ``zeroserve serve`` on loopback.
+
+One server (a tiny generated ONNX MLP) for the module; each test runs the command as a
+subprocess for a fraction of a second per level and checks what it reports, never how fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from tests.integration.conftest import free_port
+from tests.models import write_onnx_add_sub, write_onnx_mlp
+
+pytestmark = pytest.mark.integration
+
+START_TIMEOUT_S = 90.0
+RUN_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``zeroserve serve`` (the CLI, as a user starts it) on a free loopback port."""
+    root = tmp_path_factory.mktemp("bench-serve")
+    repo = root / "models"
+    write_onnx_mlp(repo, "mlp", sizes=(16, 32, 8), max_batch_size=32)
+    write_onnx_add_sub(repo, "simple", dtype="INT32", dims=(4,), max_batch_size=8)
+    port = free_port()
+    env = {**os.environ, "ZEROSERVE_CACHE_DIR": str(root / "cache"), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "zeroserve.cli", "serve", "--model-repository", str(repo)]
+    command += ["--http-port", str(port), "--log-level", "warning"]
+    log_path = root / "serve.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"zeroserve serve exited:\n{log_path.read_text()}")
+            try:
+                if httpx.get(f"{url}/v2/health/ready", timeout=2.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"zeroserve serve not ready:\n{log_path.read_text()}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+
+
+def _bench(*argv: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "zeroserve.cli", "bench", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def test_closed_loop_json_and_plot(server, tmp_path):
+    out, png = tmp_path / "out.json", tmp_path / "out.png"
+    done = _bench(
+        server, "--model", "mlp", "--concurrency", "1,4", "--duration", "0.5s",
+        "--warmup", "0.2s", "--json", str(out), "--plot", str(png),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "c=1" in done.stdout and "c=4" in done.stdout and "p99 ms" in done.stdout
+    # Not a terminal: plain progress lines, no carriage returns.
+    assert "[1/2] c=1" in done.stderr and "\r" not in done.stderr
+    document = json.loads(out.read_text())
+    assert document["target"]["protocol"] == "v2"
+    assert document["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16]}]
+    levels = document["levels"]
+    assert [level["level"] for level in levels] == [1.0, 4.0]
+    for level in levels:
+        assert level["ok"] > 0 and level["errors"] == {}
+        assert level["latency"]["count"] == level["ok"]
+        assert level["latency"]["p50_ms"] <= level["latency"]["p99_ms"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_open_loop_binary(server, tmp_path):
+    out = tmp_path / "out.json"
+    done = _bench(
+        server, "--model", "mlp", "--request-rate", "50", "--duration", "0.5s",
+        "--warmup", "0.1s", "--binary", "--batch-size", "2", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [level] = json.loads(out.read_text())["levels"]
+    assert level["mode"] == "rate" and level["ok"] > 0 and level["errors"] == {}
+    assert level["inferences_per_s"] == pytest.approx(2 * level["throughput"])
+    assert "offered/s" in done.stdout
+
+
+def test_input_data_file(server, tmp_path):
+    data = tmp_path / "data.json"
+    rows = [
+        {"INPUT0": list(range(4)), "INPUT1": [1, 1, 1, 1]},
+        {"INPUT0": [5] * 4, "INPUT1": [0] * 4},
+    ]
+    data.write_text(json.dumps({"data": rows}))
+    out = tmp_path / "out.json"
+    done = _bench(
+        server, "--model", "simple", "--input-data", str(data), "--duration", "0.3s",
+        "--warmup", "0s", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    document = json.loads(out.read_text())
+    assert document["target"]["distinct_requests"] == 2
+    assert document["levels"][0]["ok"] > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(("--model", "nope"), "model metadata", id="unknown model"),
+        pytest.param(("--model", "mlp", "--shape", "X:3"), "unknown inputs", id="bad shape"),
+        pytest.param(
+            ("--model", "mlp", "--openai"),
+            "the check request to /v1/completions answered",
+            id="not a language model",
+        ),
+    ],
+)
+def test_a_run_that_cannot_start_says_why(server, argv, message):
+    done = _bench(server, *argv, "--duration", "0.2s", "--warmup", "0s")
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_unreachable_server():
+    done = _bench(f"http://127.0.0.1:{free_port()}", "--model", "m", "--duration", "0.2s")
+    assert done.returncode == 2 and "cannot reach" in done.stderr
+
+
+class _Completions(BaseHTTPRequestHandler):
+    """A stand-in OpenAI server: every POST is a completion of the prompt it was sent."""
+
+    protocol_version = "HTTP/1.1"
+    seen: list[dict[str, object]] = []
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if len(self.seen) < 5:
+            self.seen.append({"path": self.path, "body": request})
+        body = json.dumps({"id": "x", "choices": [{"index": 0, "text": " jumps"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_openai_completions(tmp_path):
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
+    thread = threading.Thread(target=httpd.serve_forever, name="fake-openai")
+    thread.start()
+    try:
+        out = tmp_path / "out.json"
+        done = _bench(
+            f"http://127.0.0.1:{httpd.server_address[1]}", "--model", "llm", "--openai",
+            "--prompt", "The fox", "--max-tokens", "4", "--duration", "0.3s", "--warmup", "0s",
+            "--json", str(out),
+        )  # fmt: skip
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(out.read_text())["levels"][0]["ok"] > 0
+    assert _Completions.seen[0] == {
+        "path": "/v1/completions",
+        "body": {"model": "llm", "max_tokens": 4, "stream": False, "prompt": "The fox"},
+    }

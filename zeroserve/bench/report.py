@@ -1,0 +1,154 @@
+"""The end-of-run table, the JSON document and the plot of one ``zeroserve bench`` run."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from zeroserve.bench.plot import PlotPoint, Series, write_plot
+from zeroserve.bench.stats import LevelResult, merge_counts
+
+if TYPE_CHECKING:
+    from zeroserve.bench.runner import BenchRun
+
+
+def table(run: BenchRun) -> str:
+    """One row per level, then errors by kind and what the figures mean."""
+    config = run.config
+    is_open = config.mode == "rate"
+    unit = "infer/s" if config.batch_size > 1 else "req/s"
+    header = f"{'level':<14}{unit:>11}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}"
+    if is_open:
+        header += f"{'offered/s':>10}{'lag p99':>9}"
+    header += f"{'errors':>8}{'cli cpu':>8}{'us/req':>8}"
+    lines = [
+        f"{run.target_description}",
+        f"{run.load_description}",
+        "",
+        header,
+        "-" * len(header),
+    ]
+    for result in run.levels:
+        throughput = result.inferences_per_s if config.batch_size > 1 else result.throughput
+        latency = result.latency
+        row = (
+            f"{result.label:<14}{throughput:>11,.1f}{_ms(latency.p50_ms)}{_ms(latency.p90_ms)}"
+            f"{_ms(latency.p99_ms)}{_ms(latency.max_ms)}"
+        )
+        if is_open:
+            row += f"{_num(result.offered_rate, '>10,.1f')}{_ms(result.send_lag_p99_ms)}"
+        row += (
+            f"{result.error_count:>8,}{result.client_cpu_cores:>8.2f}"
+            f"{_num(result.client_cpu_us_per_request, '>8.0f')}"
+        )
+        lines.append(row)
+    errors = merge_counts(*(r.errors for r in run.levels))
+    if errors:
+        lines += ["", "errors by kind:"]
+        for result in run.levels:
+            if result.errors:
+                parts = ", ".join(f"{kind} {count:,}" for kind, count in result.errors.items())
+                lines.append(f"  {result.label}: {parts}")
+        samples: dict[str, str] = {}
+        for result in run.levels:
+            for kind, sample in result.error_samples.items():
+                samples.setdefault(kind, sample)
+        for kind, sample in samples.items():
+            lines.append(f"  {kind} answer: {sample.strip()[:200]}")
+    lines += ["", _legend(run)]
+    return "\n".join(lines)
+
+
+def to_json(run: BenchRun) -> dict[str, Any]:
+    """The run as a JSON-ready document (NaN as null)."""
+    config = run.config
+    return {
+        "tool": "zeroserve bench",
+        "started_utc": run.started_utc,
+        "command": list(config.argv),
+        "target": {
+            "url": config.url,
+            "model": config.model,
+            "model_version": config.model_version,
+            "protocol": "openai" if config.is_openai else "v2",
+            "path": run.path,
+            "encoding": "binary" if config.is_binary else "json",
+            "request_bytes": run.request_bytes,
+            "distinct_requests": run.distinct_requests,
+        },
+        "inputs": run.inputs,
+        "load": {
+            "mode": config.mode,
+            "levels": list(config.levels),
+            "duration_s": config.duration_s,
+            "warmup_s": config.warmup_s,
+            "batch_size": config.batch_size,
+            "input_data": config.input_data,
+            "timeout_s": config.timeout_s,
+            "seed": config.seed,
+            "max_connections": config.max_connections if config.mode == "rate" else None,
+            "latency_from": _latency_from(run),
+        },
+        "client": run.client,
+        "levels": [r.to_json() for r in run.levels],
+    }
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
+def plot_run(run: BenchRun, path: Path) -> None:
+    """Latency against throughput for the run's levels."""
+    write_plot(
+        path,
+        [series_of(run.config.model, run.levels)],
+        title=f"zeroserve bench: {run.target_description}",
+        note=run.load_description,
+    )
+
+
+def series_of(name: str, levels: Sequence[LevelResult]) -> Series:
+    """One plot line through ``levels``."""
+    return Series(
+        name,
+        tuple(PlotPoint(r.throughput, r.latency.p50_ms, r.latency.p99_ms, r.label) for r in levels),
+    )
+
+
+def _latency_from(run: BenchRun) -> str:
+    if run.config.mode == "rate":
+        return "scheduled send time (Poisson arrivals), to the last byte of the answer"
+    return "send of the request, to the last byte of the answer"
+
+
+def _legend(run: BenchRun) -> str:
+    config = run.config
+    window = f"{config.duration_s:g} s timed after {config.warmup_s:g} s of warm-up, one run"
+    if config.mode == "rate":
+        what = (
+            "open loop: latency from each request's scheduled (Poisson) send time to its "
+            "answer's last byte; offered/s: requests scheduled per second; lag p99: how late "
+            "the client itself sent"
+        )
+    else:
+        what = "closed loop: latency from the send to the answer's last byte"
+    return (
+        f"Each row: {window} per level. {what}; throughput counts 2xx answers completed in the "
+        "window; cli cpu: cores this client used; us/req: its CPU per answered request."
+    )
+
+
+def _ms(value: float | None) -> str:
+    return _num(value, ">9.2f")
+
+
+def _num(value: float | None, spec: str) -> str:
+    width = int("".join(c for c in spec.split(".")[0] if c.isdigit()) or 0)
+    if value is None or not math.isfinite(value):
+        return f"{'-':>{width}}"
+    return format(value, spec)
