@@ -27,7 +27,7 @@ import socket
 import sys
 from collections.abc import Callable, Coroutine, Generator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -41,7 +41,7 @@ from control_plane.api import schemas
 from control_plane.api.app import create_app as create_admin_app
 from control_plane.autoscaler.loop import AutoscalerLoop
 from control_plane.autoscaler.policy import AutoscalerSettings
-from control_plane.backends.base import PoolSpec
+from control_plane.backends.base import PodBackend, PoolSpec
 from control_plane.backends.local import LocalBackend
 from control_plane.errors import ModelExistsError
 from control_plane.lease import Lease
@@ -52,6 +52,10 @@ from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.factory import open_state_store
 from control_plane.worker_client import WorkerClient
+from zeroserve.cloudwatch import CloudWatchPublisher, PutMetricDataSink
+
+if TYPE_CHECKING:
+    from control_plane.backends.knative.settings import KnativeSettings
 
 __all__ = ["Platform", "bind_socket", "default_repository", "ensure_admin_token", "serve"]
 
@@ -126,6 +130,8 @@ class Platform:
         activator_settings: the in-process activator's; None for a standalone control plane.
         demo: write the demo model into the cache folder and register it (min_replicas 0).
         out: where the start banner goes.
+        knative: the knative backend's settings when ``settings.backend`` is ``knative``;
+            None reads them from the environment.
     """
 
     def __init__(
@@ -135,6 +141,7 @@ class Platform:
         *,
         demo: bool = False,
         out: TextIO = sys.stdout,
+        knative: KnativeSettings | None = None,
     ) -> None:
         if settings.admin_token is None:
             raise ValueError("the platform needs an admin token (see ensure_admin_token)")
@@ -146,11 +153,12 @@ class Platform:
         self._activator_settings = activator_settings
         self._demo = demo
         self._out = out
-        self._backend: LocalBackend | None = None
+        self._knative = knative
+        self._backend: PodBackend | None = None
 
     def kill_workers_now(self) -> None:
-        """SIGKILL every worker at once (a second Ctrl-C)."""
-        if self._backend is not None:
+        """SIGKILL every local worker at once (a second Ctrl-C); pods are the cluster's."""
+        if isinstance(self._backend, LocalBackend):
             self._backend.kill_now()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -169,9 +177,7 @@ class Platform:
         extra_env = {}
         if settings.allowed_storage:
             extra_env["ZEROSERVE_ALLOWED_STORAGE"] = ",".join(settings.allowed_storage)
-        backend = self._backend = LocalBackend(
-            settings, on_worker_lost=relay, repository=repository, extra_env=extra_env
-        )
+        backend = self._backend = self._create_backend(relay, repository, extra_env)
         workers = WorkerClient(
             load_timeout_s=settings.load_timeout_s, unload_timeout_s=settings.unload_timeout_s
         )
@@ -190,7 +196,16 @@ class Platform:
             max_workers=settings.max_workers,
         )
         placer = Placer(store, backend, pool, workers, settings)
-        orchestrator = Orchestrator(store, placer, settings, metrics, lease, probe=workers.is_live)
+        publisher = None
+        if settings.cloudwatch_enabled:
+            publisher = CloudWatchPublisher(
+                PutMetricDataSink(),
+                flush_interval_s=settings.cloudwatch_flush_interval_s,
+                max_values=settings.cloudwatch_max_values,
+            )
+        orchestrator = Orchestrator(
+            store, placer, settings, metrics, lease, probe=workers.is_live, observer=publisher
+        )
 
         async def worker_lost(worker_id: str) -> None:
             metrics.worker_stops.labels("lost").inc()
@@ -254,6 +269,8 @@ class Platform:
                 ("autoscaler", autoscaler.run()),
             ):
                 loops.append(asyncio.create_task(loop, name=name))
+            if publisher is not None:
+                loops.append(asyncio.create_task(publisher.run(), name="cloudwatch"))
             if self._demo:
                 await self._register_demo(service)
             self._banner(admin_sock, public_sock)
@@ -268,6 +285,8 @@ class Platform:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
             await orchestrator.close()
+            if publisher is not None:
+                await publisher.close()  # after the orchestrator: its last activations count
             await reaper.close()
             await placer.close()
             await backend.close()
@@ -280,6 +299,20 @@ class Platform:
             if public_sock is not None:
                 public_sock.close()
             logger.info("stopped")
+
+    def _create_backend(
+        self, relay: _WorkerLostRelay, repository: Path, extra_env: dict[str, str]
+    ) -> PodBackend:
+        if self.settings.backend == "knative":
+            # Imported here: the embedded platform must not need the kubernetes client.
+            from control_plane.backends.knative.backend import create_knative_backend
+            from control_plane.backends.knative.settings import KnativeSettings
+
+            knative = self._knative or KnativeSettings()
+            return create_knative_backend(self.settings, knative, on_worker_lost=relay)
+        return LocalBackend(
+            self.settings, on_worker_lost=relay, repository=repository, extra_env=extra_env
+        )
 
     async def _register_demo(self, service: AdminService) -> None:
         from data_plane.demo import DEMO_MODEL, write_demo_repository
@@ -370,9 +403,10 @@ def serve(
     *,
     demo: bool = False,
     out: TextIO = sys.stdout,
+    knative: KnativeSettings | None = None,
 ) -> int:
     """Run the platform until SIGINT or SIGTERM; a second signal kills the workers at once."""
-    platform = Platform(settings, activator_settings, demo=demo, out=out)
+    platform = Platform(settings, activator_settings, demo=demo, out=out, knative=knative)
     # One line per proxied request and per probe would drown the log (and cost time).
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -36,8 +36,9 @@ class ControlPlaneSettings(BaseSettings):
     """Bearer token of the admin API; ``up`` generates one when unset, standalone refuses."""
     state_url: str = "memory://"
     """``memory://`` (embedded, one process) or ``redis://host:port/db`` (cluster)."""
-    backend: Literal["local"] = "local"
-    """Where workers run: ``local`` child processes (``knative`` is not built yet)."""
+    backend: Literal["local", "knative"] = "local"
+    """Where workers run: ``local`` child processes, or ``knative``: pods of one Knative
+    Service per pool (configured by ``ZEROSERVE_KNATIVE_*``, see ``backends.knative``)."""
     pool: str = "default"
     """Name of the worker pool this control plane manages."""
     cache_dir: Path = Field(
@@ -111,6 +112,14 @@ class ControlPlaneSettings(BaseSettings):
     """Cold-start timelines kept per model."""
     store_retry_s: float = Field(default=1.0, gt=0)
     """Pause before a control loop retries after a state-store failure."""
+    cloudwatch_enabled: bool = False
+    """Publish activation metrics to CloudWatch (PutMetricData, namespace ``zeroserve``)
+    with boto3's standard AWS environment; see ``zeroserve.cloudwatch``."""
+    cloudwatch_flush_interval_s: float = Field(default=60.0, gt=0)
+    """How often buffered CloudWatch values are sent (60 s: CloudWatch's resolution)."""
+    cloudwatch_max_values: int = Field(default=20_000, gt=0)
+    """Distinct CloudWatch values (per minute and metric, four significant digits) held
+    between two sends; past it new ones are dropped, never waited for."""
 
     @field_validator("allowed_storage", mode="before")
     @classmethod

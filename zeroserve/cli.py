@@ -115,7 +115,7 @@ def _platform_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state", default=None, help="state store: memory (default) or redis://host:port/db"
     )
-    parser.add_argument("--backend", choices=["local"], default=None)
+    parser.add_argument("--backend", choices=["local", "knative"], default=None)
     parser.add_argument("--cache-dir", type=Path, default=None, help="node cache shared by workers")
     parser.add_argument("--max-workers", type=int, default=None)
     parser.add_argument(
@@ -208,10 +208,16 @@ def _control_plane_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _control_plane(args: argparse.Namespace) -> int:
+    from control_plane.errors import ZeroserveError
     from control_plane.platform import serve
 
     try:
         settings = _control_plane_settings(args)
+        knative = None
+        if settings.backend == "knative":
+            from control_plane.backends.knative.settings import KnativeSettings
+
+            knative = KnativeSettings()
     except ValidationError as exc:
         print(f"zeroserve control-plane: invalid settings:\n{exc}", file=sys.stderr)
         return 2
@@ -219,10 +225,13 @@ def _control_plane(args: argparse.Namespace) -> int:
         print("zeroserve control-plane: set ZEROSERVE_ADMIN_TOKEN", file=sys.stderr)
         return 2
     try:
-        return serve(settings, None)
+        return serve(settings, None, knative=knative)
     except OSError as exc:
         print(f"zeroserve control-plane: {exc}", file=sys.stderr)
         return 1
+    except ZeroserveError as exc:  # e.g. Knative lacks what the pools need: say what
+        print(f"zeroserve control-plane: {exc.message}", file=sys.stderr)
+        return 2
 
 
 def _activator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -276,6 +285,9 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     register.add_argument("--max-replicas", type=int, default=None)
     register.add_argument("--target-concurrency", type=float, default=None)
     register.add_argument("--idle-timeout-s", type=float, default=None)
+    register.add_argument(
+        "--sleep-after-s", type=float, default=None, help="LLMs: sleep when idle this long"
+    )
     register.add_argument("--device", choices=["cpu", "cuda"], default=None)
     register.add_argument("--memory-bytes", type=int, default=None)
     actions.add_parser("ls", help="list models")
@@ -318,7 +330,13 @@ def _models(args: argparse.Namespace) -> int:
                 return 2
         scaling = {
             key: getattr(args, key)
-            for key in ("min_replicas", "max_replicas", "target_concurrency", "idle_timeout_s")
+            for key in (
+                "min_replicas",
+                "max_replicas",
+                "target_concurrency",
+                "idle_timeout_s",
+                "sleep_after_s",
+            )
             if getattr(args, key) is not None
         }
         if scaling:
@@ -348,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     _control_plane_parser(sub)
     _activator_parser(sub)
     _models_parser(sub)
+    from zeroserve.bench.args import add_bench_parser
+
+    add_bench_parser(sub)
     return parser
 
 

@@ -27,6 +27,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, object
     """Both loops the activator runs on: uvloop's transports are not asyncio's classes."""
     return ("asyncio", {"use_uvloop": request.param == "uvloop"})
 
+
 WAIT_S = 30.0
 """Bound on every wait; reached only when something is broken."""
 
