@@ -83,6 +83,8 @@ class BenchConfig:
     openai_route: Literal["completions", "chat"] = "completions"
     prompt: str = "The quick brown fox"
     max_tokens: int = 16
+    is_stream: bool = False
+    """With ``is_openai``: ask for SSE streams and measure TTFT, ITL and tokens/s."""
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 30.0
     """A request not answered after this long counts as a ``timeout`` error."""
@@ -159,6 +161,12 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     bench.add_argument("--prompt", default="The quick brown fox", help="with --openai")
     bench.add_argument("--max-tokens", type=int, default=16, help="with --openai")
     bench.add_argument(
+        "--stream",
+        action="store_true",
+        help="with --openai: stream (SSE) and report time to first token, inter-token "
+        "latency and tokens/s",
+    )
+    bench.add_argument(
         "--header",
         type=parse_header,
         action="append",
@@ -203,6 +211,8 @@ def config_from_args(args: argparse.Namespace, argv: tuple[str, ...] = ()) -> Be
         raise ValueError("--batch-size, --max-connections and --max-tokens must be >= 1")
     if args.openai and args.binary:
         raise ValueError("--binary is for V2 tensors; an OpenAI endpoint takes JSON")
+    if args.stream and not args.openai:
+        raise ValueError("--stream needs --openai")
     return BenchConfig(
         url=args.url,
         model=args.model,
@@ -219,6 +229,7 @@ def config_from_args(args: argparse.Namespace, argv: tuple[str, ...] = ()) -> Be
         openai_route=args.openai_route,
         prompt=args.prompt,
         max_tokens=args.max_tokens,
+        is_stream=args.stream,
         headers=tuple(args.header),
         timeout_s=args.timeout,
         max_connections=args.max_connections,

@@ -10,6 +10,10 @@ except the first bytes of error answers (to say why in the report).
 Error kinds, as reported: ``http_<status>`` (an answer that is not 2xx), ``connect`` (no
 connection), ``connection`` (closed or reset with a request in flight), ``timeout`` (no full
 answer within the timeout) and ``protocol`` (not HTTP/1.1 the parser accepts).
+
+A connection opened with a :class:`BodyObserver` (``--stream``) also hands it the raw body
+chunks of each 2xx answer with their arrival time, as the parser yields them; the observer
+is reset at each send.
 """
 
 from __future__ import annotations
@@ -68,11 +72,22 @@ class ResponseSink(Protocol):
     def on_closed(self, connection: Connection) -> None: ...
 
 
+class BodyObserver(Protocol):
+    """Sees the body of each 2xx answer, chunk by chunk, as it arrives."""
+
+    def reset(self) -> None: ...
+
+    def feed(self, data: bytes, at_ns: int) -> None: ...
+
+
 class Connection(asyncio.Protocol):
     """One keep-alive connection with at most one request in flight."""
 
-    def __init__(self, sink: ResponseSink) -> None:
+    def __init__(self, sink: ResponseSink, observer: BodyObserver | None = None) -> None:
         self._sink = sink
+        self.observer = observer
+        """Fed the body chunks of 2xx answers (``perf_counter_ns`` arrival times)."""
+        self._is_observed = False
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._status = 0
@@ -93,6 +108,8 @@ class Connection(asyncio.Protocol):
         assert self._transport is not None
         self.tag = tag
         self.sent_ns = now_ns or time.perf_counter_ns()
+        if self.observer is not None:
+            self.observer.reset()
         self._transport.write(request)
 
     def abort(self, kind: str) -> None:
@@ -153,8 +170,13 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
         self._error_body = bytearray() if self._status >= 300 else None
+        self._is_observed = self.observer is not None and 200 <= self._status < 300
 
     def on_body(self, body: bytes) -> None:
+        if self._is_observed:
+            assert self.observer is not None
+            self.observer.feed(body, time.perf_counter_ns())
+            return
         if self._error_body is not None and len(self._error_body) < ERROR_SAMPLE_BYTES:
             self._error_body += body[: ERROR_SAMPLE_BYTES - len(self._error_body)]
 
@@ -174,12 +196,17 @@ class Connection(asyncio.Protocol):
         self._sink.on_response(self, tag, status)
 
 
-async def open_connection(endpoint: Endpoint, sink: ResponseSink, timeout_s: float) -> Connection:
+async def open_connection(
+    endpoint: Endpoint,
+    sink: ResponseSink,
+    timeout_s: float,
+    observer: BodyObserver | None = None,
+) -> Connection:
     """A new connection to ``endpoint``; raises ``OSError`` or ``TimeoutError``."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout_s):
         _, connection = await loop.create_connection(
-            lambda: Connection(sink), endpoint.host, endpoint.port
+            lambda: Connection(sink, observer), endpoint.host, endpoint.port
         )
     return connection
 

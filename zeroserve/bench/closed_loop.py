@@ -19,6 +19,7 @@ from typing import Final
 import numpy as np
 
 from zeroserve.bench.client import Connection, Endpoint, open_connection
+from zeroserve.bench.sse import STREAM_ERROR, StreamMeter, StreamRecorder
 from zeroserve.bench.stats import LatencySummary, LevelResult, count_errors
 
 RECONNECT_PAUSE_S: Final = 0.1
@@ -37,6 +38,20 @@ class LoadPlan:
     timeout_s: float
     connect_timeout_s: float
     batch_size: int = 1
+    is_stream: bool = False
+    """The answers are SSE streams (``--stream``): each is read as it arrives, measured, and
+    one that breaks off or reports an error counts as a ``stream`` error."""
+
+
+def stream_done(recorder: StreamRecorder, connection: Connection, sent_ns: int, now: int) -> bool:
+    """Record a 2xx answer's stream, if it is one; False when it counts as an error."""
+    meter = connection.observer
+    if not isinstance(meter, StreamMeter):
+        return True
+    if not meter.is_complete:
+        return False
+    recorder.record(meter, sent_ns, now)
+    return True
 
 
 class ClosedLoop:
@@ -52,6 +67,7 @@ class ClosedLoop:
         self._error_ns: list[int] = []
         self._error_kinds: list[str] = []
         self._error_samples: dict[str, str] = {}
+        self._streams = StreamRecorder()
         self._connections: set[Connection] = set()
         self._busy = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -104,11 +120,13 @@ class ClosedLoop:
     def on_response(self, connection: Connection, tag: int, status: int) -> None:
         now = time.perf_counter_ns()
         self._busy -= 1
-        if 200 <= status < 300:
+        if not 200 <= status < 300:
+            self._error(now, f"http_{status}", connection.error_sample)
+        elif stream_done(self._streams, connection, connection.sent_ns, now):
             self._done_ns.append(now)
             self._latency_ns.append(now - connection.sent_ns)
         else:
-            self._error(now, f"http_{status}", connection.error_sample)
+            self._error(now, STREAM_ERROR, b"")
         if now < self.window_end_ns:
             if connection.is_reusable:
                 self._send(connection, now)
@@ -154,7 +172,12 @@ class ClosedLoop:
             if pause_s:
                 await asyncio.sleep(pause_s)
             try:
-                connection = await open_connection(plan.endpoint, self, plan.connect_timeout_s)
+                connection = await open_connection(
+                    plan.endpoint,
+                    self,
+                    plan.connect_timeout_s,
+                    StreamMeter() if plan.is_stream else None,
+                )
             except (OSError, TimeoutError):
                 self._error(time.perf_counter_ns(), "connect", b"")
                 pause_s = RECONNECT_PAUSE_S
@@ -198,4 +221,5 @@ class ClosedLoop:
             batch_size=self._plan.batch_size,
             connections=self.opened,
             error_samples=dict(self._error_samples),
+            stream=self._streams.summary(start, end, duration_s) if self._plan.is_stream else None,
         )

@@ -25,7 +25,8 @@ from typing import Final
 import numpy as np
 
 from zeroserve.bench.client import Connection, open_connection
-from zeroserve.bench.closed_loop import LoadPlan
+from zeroserve.bench.closed_loop import LoadPlan, stream_done
+from zeroserve.bench.sse import STREAM_ERROR, StreamMeter, StreamRecorder
 from zeroserve.bench.stats import LatencySummary, LevelResult, count_errors
 
 SEND_SLACK_NS: Final = 500_000
@@ -66,6 +67,7 @@ class OpenLoop:
         self._status = np.zeros(count, dtype=np.int16)
         self._error_kind: dict[int, str] = {}
         self._error_samples: dict[str, str] = {}
+        self._streams = StreamRecorder()
         self._idle: deque[Connection] = deque()
         # Requests waiting for a connection. Bounded by the schedule's length, which is
         # fixed before the run; the wait is part of their latency, never dropped.
@@ -157,9 +159,17 @@ class OpenLoop:
 
     def on_response(self, connection: Connection, tag: int, status: int) -> None:
         index = tag
-        self._done_ns[index] = time.perf_counter_ns()
+        now = time.perf_counter_ns()
+        self._done_ns[index] = now
         self._status[index] = status
-        if not 200 <= status < 300:
+        if 200 <= status < 300 and not stream_done(
+            self._streams, connection, int(self._sent_ns[index]), now
+        ):
+            # Not a success: kept out of the latency and throughput figures.
+            self._status[index] = 0
+            self.failed += 1
+            self._error_kind[index] = STREAM_ERROR
+        elif not 200 <= status < 300:
             self.failed += 1
             self._error_kind[index] = f"http_{status}"
             kind = f"http_{status}"
@@ -200,7 +210,12 @@ class OpenLoop:
     async def _connect(self) -> None:
         plan = self._plan
         try:
-            connection = await open_connection(plan.endpoint, self, plan.connect_timeout_s)
+            connection = await open_connection(
+                plan.endpoint,
+                self,
+                plan.connect_timeout_s,
+                StreamMeter() if plan.is_stream else None,
+            )
         except (OSError, TimeoutError):
             # The requests waiting for a connection cannot go out: each fails as ``connect``;
             # later ones ask for a new connection when they come, so the attempts stay
@@ -263,4 +278,9 @@ class OpenLoop:
             send_lag_p99_ms=float(np.percentile(lag_ms, 99)) if lag_ms.size else None,
             connections=self.opened,
             error_samples=dict(self._error_samples),
+            stream=(
+                self._streams.summary(start + window_start, start + window_end, duration_s)
+                if plan.is_stream
+                else None
+            ),
         )

@@ -66,9 +66,14 @@ def v2_body(tensors: Sequence[Tensor], *, is_binary: bool) -> Body:
     )
 
 
-def openai_body(model: str, *, route: str, prompt: str, max_tokens: int) -> Body:
-    """A non-streaming completion (or chat completion) request for ``prompt``."""
-    document: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": False}
+def openai_body(
+    model: str, *, route: str, prompt: str, max_tokens: int, is_stream: bool = False
+) -> Body:
+    """A completion (or chat completion) request for ``prompt``; streamed (SSE, with the
+    final usage asked for) when ``is_stream``."""
+    document: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "stream": is_stream}
+    if is_stream:
+        document["stream_options"] = {"include_usage": True}
     if route == "chat":
         document["messages"] = [{"role": "user", "content": prompt}]
     else:

@@ -45,6 +45,8 @@ def table(run: BenchRun) -> str:
             f"{_num(result.client_cpu_us_per_request, '>8.0f')}"
         )
         lines.append(row)
+    if config.is_stream:
+        lines += ["", *_stream_rows(run)]
     errors = merge_counts(*(r.errors for r in run.levels))
     if errors:
         lines += ["", "errors by kind:"]
@@ -74,6 +76,7 @@ def to_json(run: BenchRun) -> dict[str, Any]:
             "model": config.model,
             "model_version": config.model_version,
             "protocol": "openai" if config.is_openai else "v2",
+            "stream": config.is_stream,
             "path": run.path,
             "encoding": "binary" if config.is_binary else "json",
             "request_bytes": run.request_bytes,
@@ -95,6 +98,26 @@ def to_json(run: BenchRun) -> dict[str, Any]:
         "client": run.client,
         "levels": [r.to_json() for r in run.levels],
     }
+
+
+def _stream_rows(run: BenchRun) -> list[str]:
+    """TTFT, ITL and tokens/s per level, for ``--stream``."""
+    header = (
+        f"{'level':<14}{'ttft p50':>9}{'ttft p90':>9}{'ttft p99':>9}"
+        f"{'itl p50':>9}{'itl p90':>9}{'itl p99':>9}{'tok/s':>10}{'tokens':>9}"
+    )
+    lines = [header, "-" * len(header)]
+    for result in run.levels:
+        stream = result.stream
+        if stream is None:
+            continue
+        ttft, itl = stream.ttft, stream.itl
+        lines.append(
+            f"{result.label:<14}{_ms(ttft.p50_ms)}{_ms(ttft.p90_ms)}{_ms(ttft.p99_ms)}"
+            f"{_ms(itl.p50_ms)}{_ms(itl.p90_ms)}{_ms(itl.p99_ms)}"
+            f"{stream.tokens_per_s:>10,.1f}{stream.tokens:>9,}"
+        )
+    return lines
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
@@ -137,10 +160,26 @@ def _legend(run: BenchRun) -> str:
         )
     else:
         what = "closed loop: latency from the send to the answer's last byte"
-    return (
+    legend = (
         f"Each row: {window} per level. {what}; throughput counts 2xx answers completed in the "
         "window; cli cpu: cores this client used; us/req: its CPU per answered request."
     )
+    if config.is_stream:
+        sources = {r.stream.tokens_from for r in run.levels if r.stream is not None}
+        counted = (
+            "the final usage's completion_tokens"
+            if sources == {"usage"}
+            else "events carrying text (one per token)"
+            if sources == {"chunks"}
+            else "usage where sent, else events carrying text"
+        )
+        legend += (
+            " Streams (ms): ttft from the send to the first data: event carrying text; itl: "
+            "gaps between later text events; tok/s: tokens of the streams completed in the "
+            f"window per second, counted from {counted}; a stream without data: [DONE] or "
+            "with an error event is a 'stream' error."
+        )
+    return legend
 
 
 def _ms(value: float | None) -> str:

@@ -43,6 +43,7 @@ from zeroserve.bench.payload import (
 )
 from zeroserve.bench.plot import PlotUnavailableError
 from zeroserve.bench.progress import REDRAW_S, Progress
+from zeroserve.bench.sse import StreamMeter
 from zeroserve.bench.stats import LevelResult
 
 logger = logging.getLogger(__name__)
@@ -69,7 +70,8 @@ class BenchRun:
     def target_description(self) -> str:
         config = self.config
         if config.is_openai:
-            return f"{config.model} at {config.url}{self.path} (OpenAI, JSON)"
+            kind = "SSE stream" if config.is_stream else "JSON"
+            return f"{config.model} at {config.url}{self.path} (OpenAI, {kind})"
         encoding = "binary tensors" if config.is_binary else "JSON"
         shapes = ", ".join(f"{i['name']} {i['datatype']}{i['shape']}" for i in self.inputs)
         return f"{config.model} at {config.url} (V2, {encoding}; {shapes})"
@@ -120,6 +122,7 @@ def run_bench(
         timeout_s=config.timeout_s,
         connect_timeout_s=config.connect_timeout_s,
         batch_size=config.batch_size,
+        is_stream=config.is_stream,
     )
 
     async def levels() -> None:
@@ -207,9 +210,10 @@ def _prepare(config: BenchConfig) -> _Prepared:
         path = openai_path(endpoint.base_path, config.openai_route)
         body = openai_body(
             config.model, route=config.openai_route, prompt=config.prompt,
-            max_tokens=config.max_tokens,
+            max_tokens=config.max_tokens, is_stream=config.is_stream,
         )  # fmt: skip
-        _check(config, endpoint, path, body, _check_openai_answer)
+        check = _check_openai_stream if config.is_stream else _check_openai_answer
+        _check(config, endpoint, path, body, check)
         inputs = [{"name": "prompt", "datatype": "BYTES", "shape": [1]}]
         return _Prepared(endpoint, path, (_request(config, endpoint, path, body),), inputs)
     path = infer_path(endpoint.base_path, config.model, config.model_version)
@@ -339,6 +343,19 @@ def _check_openai_answer(headers: dict[str, str], body: bytes) -> str | None:
         return f"the answer is not JSON: {_sample(body)}"
     if not isinstance(document, dict) or not isinstance(document.get("choices"), list):
         return f"the answer has no 'choices': {_sample(body)}"
+    return None
+
+
+def _check_openai_stream(headers: dict[str, str], body: bytes) -> str | None:
+    meter = StreamMeter()
+    meter.feed(body, 0)
+    meter.feed(b"\n", 0)
+    if meter.is_error:
+        return f"the stream reported an error: {_sample(body)}"
+    if not meter.is_done:
+        return f"the answer is not an SSE stream ending in 'data: [DONE]': {_sample(body)}"
+    if not meter.chunks:
+        return f"the stream carried no text: {_sample(body)}"
     return None
 
 

@@ -6,9 +6,12 @@ import math
 from array import array
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from zeroserve.bench.sse import StreamSummary
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
@@ -78,6 +81,8 @@ class LevelResult:
     """CPU the client process used per wall-clock second over the level (warm-up included)."""
     error_samples: dict[str, str] = field(default_factory=dict)
     """The start of one answer body per error kind, to say why."""
+    stream: StreamSummary | None = None
+    """``--stream``: time to first token, inter-token latency and tokens per second."""
 
     @property
     def error_count(self) -> int:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import free_port
+from tests.llm_model import write_tiny_llm
 from tests.models import write_onnx_add_sub, write_onnx_mlp
 
 pytestmark = pytest.mark.integration
@@ -35,6 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     repo = root / "models"
     write_onnx_mlp(repo, "mlp", sizes=(16, 32, 8), max_batch_size=32)
     write_onnx_add_sub(repo, "simple", dtype="INT32", dims=(4,), max_batch_size=8)
+    write_tiny_llm(repo, "llm")
     port = free_port()
     env = {**os.environ, "ZEROSERVE_CACHE_DIR": str(root / "cache"), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "zeroserve.cli", "serve", "--model-repository", str(repo)]
@@ -190,3 +192,20 @@ def test_openai_completions(tmp_path):
         "path": "/v1/completions",
         "body": {"model": "llm", "max_tokens": 4, "stream": False, "prompt": "The fox"},
     }
+
+
+def test_openai_stream_against_a_real_llm(server, tmp_path):
+    """``--stream`` on zeroserve's own OpenAI endpoint (the transformers engine, tiny Llama)."""
+    out = tmp_path / "stream.json"
+    done = _bench(
+        server, "--model", "llm", "--openai", "--stream", "--max-tokens", "8",
+        "--concurrency", "1,2", "--duration", "0.5s", "--warmup", "0s", "--json", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    levels = json.loads(out.read_text())["levels"]
+    assert [level["ok"] > 0 for level in levels] == [True, True]
+    assert all(not level["errors"] for level in levels), levels
+    for level in levels:
+        stream = level["stream"]
+        assert stream["tokens"] > 0
+        assert stream["tokens_from"] == "usage"
