@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from control_plane.errors import LoadFailedError, UpstreamError
 from control_plane.records import ModelRecord, WorkerRecord
 
-__all__ = ["LoadReport", "WorkerClient", "load_body"]
+__all__ = ["LoadReport", "WorkerClient", "load_body", "probe_live"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,16 @@ def load_body(model: ModelRecord) -> dict[str, Any]:
             config["platform"] = model.platform
         parameters["config"] = json.dumps(config)
     return {"parameters": parameters}
+
+
+async def probe_live(http: httpx.AsyncClient, url: str) -> bool:
+    """One liveness probe (``/v2/health/live``) of the worker at ``url`` through ``http``:
+    True on 200, False on any other answer or a transport failure."""
+    try:
+        response = await http.get(f"{url}/v2/health/live")
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
 
 
 class WorkerClient:
@@ -152,11 +162,7 @@ class WorkerClient:
 
     async def is_live(self, url: str) -> bool:
         """One liveness probe of the worker at ``url``."""
-        try:
-            response = await self._http.get(f"{url}/v2/health/live")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        return await probe_live(self._http, url)
 
     async def close(self) -> None:
         await self._http.aclose()

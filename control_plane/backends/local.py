@@ -35,6 +35,7 @@ from control_plane.backends.base import PodBackend, PoolSpec, WorkerLost
 from control_plane.errors import NoCapacityError, WorkerStartError
 from control_plane.records import WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
+from control_plane.worker_client import probe_live
 
 __all__ = ["LocalBackend", "free_port"]
 
@@ -176,11 +177,7 @@ class LocalBackend(PodBackend):
         worker = self._workers.get(worker_id)
         if worker is None or worker.process.returncode is not None:
             return False
-        try:
-            response = await self._http.get(f"{worker.record.url}/v2/health/live")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        return await probe_live(self._http, worker.record.url)
 
     def details(self, worker_id: str) -> dict[str, object]:
         worker = self._workers.get(worker_id)

@@ -59,7 +59,7 @@ EXPORTS = {
     },
     "control_plane.reaper": {"Acting", "Activations", "Liveness", "Reaper", "ReplicaRetirer"},
     "control_plane.settings": {"AdminClientSettings", "ControlPlaneSettings"},
-    "control_plane.worker_client": {"LoadReport", "WorkerClient", "load_body"},
+    "control_plane.worker_client": {"LoadReport", "WorkerClient", "load_body", "probe_live"},
 }
 
 

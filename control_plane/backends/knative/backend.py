@@ -54,6 +54,7 @@ from control_plane.backends.knative.settings import KnativeSettings
 from control_plane.errors import NoCapacityError, WorkerStartError
 from control_plane.records import WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
+from control_plane.worker_client import probe_live
 
 __all__ = ["KnativeBackend", "create_knative_backend"]
 
@@ -288,11 +289,7 @@ class KnativeBackend(PodBackend):
         worker = self._workers.get(worker_id)
         if worker is None:
             return False
-        try:
-            response = await self._http.get(f"{worker.record.url}/v2/health/live")
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        return await probe_live(self._http, worker.record.url)
 
     def details(self, worker_id: str) -> dict[str, object]:
         worker = self._workers.get(worker_id)
