@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol, cast
 from urllib.parse import urlsplit
@@ -194,6 +195,23 @@ class Connection(asyncio.Protocol):
             # Closed before the owner may reuse it; on_closed tells the owner it is gone.
             self.close()
         self._sink.on_response(self, tag, status)
+
+
+async def close_all(
+    watchdog: asyncio.Task[None],
+    tasks: Iterable[asyncio.Task[None]],
+    connections: Iterable[Connection],
+) -> None:
+    """End a load run: cancel its watchdog and tasks, wait for them, abort every connection."""
+    watchdog.cancel()
+    tasks = list(tasks)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(watchdog, *tasks, return_exceptions=True)
+    for connection in list(connections):
+        connection.close(abort=True)
+    # Let the transports close before the loop is torn down.
+    await asyncio.sleep(0)
 
 
 async def open_connection(

@@ -18,7 +18,7 @@ from typing import Final
 
 import numpy as np
 
-from zeroserve.bench.client import Connection, Endpoint, open_connection
+from zeroserve.bench.client import Connection, Endpoint, close_all, open_connection
 from zeroserve.bench.sse import STREAM_ERROR, StreamMeter, StreamRecorder
 from zeroserve.bench.stats import LatencySummary, LevelResult, count_errors
 
@@ -105,14 +105,7 @@ class ClosedLoop:
                 except TimeoutError:
                     pass
         finally:
-            watchdog.cancel()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(watchdog, *self._tasks, return_exceptions=True)
-            for connection in list(self._connections):
-                connection.close(abort=True)
-            # Let the transports close before the loop is torn down.
-            await asyncio.sleep(0)
+            await close_all(watchdog, self._tasks, self._connections)
         return self._result()
 
     # -- ResponseSink ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Final
 
 import numpy as np
 
-from zeroserve.bench.client import Connection, open_connection
+from zeroserve.bench.client import Connection, close_all, open_connection
 from zeroserve.bench.closed_loop import LoadPlan, stream_done
 from zeroserve.bench.sse import STREAM_ERROR, StreamMeter, StreamRecorder
 from zeroserve.bench.stats import LatencySummary, LevelResult, count_errors
@@ -107,13 +107,7 @@ class OpenLoop:
                 except TimeoutError:
                     pass
         finally:
-            watchdog.cancel()
-            for task in list(self._tasks):
-                task.cancel()
-            await asyncio.gather(watchdog, *self._tasks, return_exceptions=True)
-            for connection in list(self._connections):
-                connection.close(abort=True)
-            await asyncio.sleep(0)
+            await close_all(watchdog, self._tasks, self._connections)
         return self._result()
 
     async def _dispatch_all(self) -> None:
