@@ -6,7 +6,8 @@ The model is the test suite's random-weights Llama (``tests.llm_model``, built h
 downloaded) at a bench size (``--layers``, ``--hidden``), served by the transformers engine on
 CPU. The same model folder is
 
-* loaded in this process as a :class:`runtimes.llm.hf.TransformersRuntime` ("engine"), and
+* loaded in this process as a bare :class:`runtimes.llm.hf_engine.HFEngine` ("engine": the
+  continuous batching manager fed token ids, no engine process and no server), and
 * registered with a ``zeroserve up`` platform (``min_replicas = max_replicas = 1``), whose
   activator is called with streamed ``/v1/completions`` over HTTP ("activator"), and whose
   worker is called the same way at its own port ("worker", to tell the data plane's share
@@ -40,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import random
 import re
@@ -48,6 +50,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,11 +64,12 @@ import torch
 
 from bench import machine, report
 from bench.platform_process import PlatformProcess
-from bench.server import REPO_ROOT, process_cpu_seconds, request
+from bench.server import REPO_ROOT, process_tree_cpu_seconds, request
 from data_plane import model_config
-from runtimes.base import RuntimeOptions
-from runtimes.llm.hf import TransformersRuntime
-from runtimes.llm.sampling import SamplingParams
+from runtimes.llm.hf import OPTIONS, TransformersRuntime
+from runtimes.llm.hf_engine import HFEngine, TokenUpdate
+from runtimes.llm.parameters import read_parameters
+from runtimes.llm.text import IncrementalDetokenizer
 
 # The suite's model builder: the bench serves the same architecture and tokenizer, larger.
 from tests.llm_model import WORDS, write_tiny_llm
@@ -204,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "order": "levels ascending; at each level the three paths back to back, the "
             "first one rotating with (level index + repeat)",
-            "engine_path": "TransformersRuntime.generate in the benchmark process",
+            "engine_path": "runtimes.llm.hf_engine.HFEngine called directly in the benchmark "
+            "process (no engine process, no server)",
             "activator_path": "POST /v1/completions, stream, through zeroserve up's activator "
             "to one worker (zeroserve serve); httpx client in the benchmark process",
             "worker_path": "the same requests straight to that worker's port",
@@ -229,14 +234,94 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+class _DirectEngine:
+    """The engine called directly: :class:`runtimes.llm.hf_engine.HFEngine` in this process
+    (no server, no engine process, no HTTP), its updates handed to the event loop."""
+
+    def __init__(self, engine: HFEngine, tokenizer: Any) -> None:
+        self._engine = engine
+        self.tokenizer = tokenizer
+        self._loop = asyncio.get_running_loop()
+        self._queues: dict[str, asyncio.Queue[TokenUpdate]] = {}
+        self._ids = itertools.count()
+        engine.set_sink(self._on_updates)
+
+    @classmethod
+    async def load(cls, model_dir: Path) -> _DirectEngine:
+        from transformers import AutoTokenizer
+
+        config = model_config.read_config_file(model_dir)
+        assert config is not None
+        TransformersRuntime.complete_config(model_dir / "1", config)
+        parameters = read_parameters(config, OPTIONS)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir / "1", local_files_only=True)
+        engine = await asyncio.to_thread(HFEngine.load, model_dir / "1", "cpu", parameters)
+        return cls(engine, tokenizer)
+
+    def _on_updates(self, updates: list[TokenUpdate]) -> None:
+        self._loop.call_soon_threadsafe(self._deliver, updates)
+
+    def _deliver(self, updates: list[TokenUpdate]) -> None:
+        for update in updates:
+            queue = self._queues.get(update.request_id)
+            if queue is not None:
+                queue.put_nowait(update)
+
+    async def generate(self, text: str, max_tokens: int) -> AsyncGenerator[int, None]:
+        """Greedy; yields the number of tokens of each step."""
+        request_id = f"bench-{next(self._ids)}"
+        queue: asyncio.Queue[TokenUpdate] = asyncio.Queue()
+        self._queues[request_id] = queue
+        prompt_ids = self.tokenizer.encode(text)
+        try:
+            self._engine.add(
+                request_id, prompt_ids, max_new_tokens=max_tokens, temperature=0.0, top_p=1.0
+            )
+            while True:
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    update = await queue.get()
+                if update.error is not None:
+                    raise RuntimeError(f"the engine failed: {update.error}")
+                if update.tokens:
+                    yield len(update.tokens)
+                if update.is_finished:
+                    return
+        finally:
+            del self._queues[request_id]
+
+    async def text(self, text: str, max_tokens: int) -> str:
+        request_id = f"bench-{next(self._ids)}"
+        queue: asyncio.Queue[TokenUpdate] = asyncio.Queue()
+        self._queues[request_id] = queue
+        tokens: list[int] = []
+        prompt_ids = self.tokenizer.encode(text)
+        try:
+            self._engine.add(
+                request_id,
+                prompt_ids,
+                max_new_tokens=max_tokens,
+                temperature=0.0,
+                top_p=1.0,
+            )
+            while True:
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                    update = await queue.get()
+                tokens += update.tokens
+                if update.is_finished:
+                    # The server's detokenizer, so that the texts compare exactly.
+                    detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
+                    return detokenizer.add(tokens) + detokenizer.flush()
+        finally:
+            del self._queues[request_id]
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._engine.close)
+
+
 async def _run(
     args: argparse.Namespace, model_dir: Path, platform: PlatformProcess, worker: dict[str, Any]
 ) -> list[_Level]:
-    config = model_config.read_config_file(model_dir)
-    assert config is not None
-    TransformersRuntime.complete_config(model_dir / "1", config)
-    engine = TransformersRuntime(name=MODEL, version=1, options=RuntimeOptions())
-    await engine.load(model_dir / "1", config, "cpu")
+    engine = await _DirectEngine.load(model_dir)
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     url = f"http://127.0.0.1:{platform.port}"
     try:
@@ -251,28 +336,26 @@ async def _run(
                 args, engine, http, worker_http, platform, int(worker["details"]["pid"])
             )
     finally:
-        await engine.unload()
+        await engine.close()
 
 
-async def _check_same_text(engine: TransformersRuntime, http: httpx.AsyncClient) -> None:
+async def _check_same_text(engine: _DirectEngine, http: httpx.AsyncClient) -> None:
     """Both paths give the same greedy text before anything is timed."""
     text = " ".join(WORDS[:8])
-    direct = await engine.complete(
-        await engine.encode(text), SamplingParams(max_tokens=16, temperature=0.0)
-    )
+    direct = await engine.text(text, 16)
     response = await http.post(
         "/v1/completions", json={"model": MODEL, "prompt": text, "max_tokens": 16, "temperature": 0}
     )
     response.raise_for_status()
     served = response.json()["choices"][0]["text"]
-    if served != direct.text:
+    if served != direct:
         raise RuntimeError(f"the activator's text {served!r} differs from the engine's")
     print(f"verified: {MODEL} gives the same greedy text directly and through the activator")
 
 
 async def _measure(
     args: argparse.Namespace,
-    engine: TransformersRuntime,
+    engine: _DirectEngine,
     http: httpx.AsyncClient,
     worker_http: httpx.AsyncClient,
     platform: PlatformProcess,
@@ -288,7 +371,7 @@ async def _measure(
             ]
             shift = (index + repeat) % len(PATHS)
             for path in PATHS[shift:] + PATHS[:shift]:
-                cpu = (platform.cpu_seconds(), process_cpu_seconds(worker_pid))
+                cpu = (platform.cpu_seconds(), process_tree_cpu_seconds(worker_pid))
                 own = time.process_time()
                 busy = machine.busy_cpu_seconds()
                 began = time.perf_counter()
@@ -304,7 +387,7 @@ async def _measure(
                 wall = time.perf_counter() - began
                 record = _summary(samples, wall) | {
                     "platform_cpu_cores": (platform.cpu_seconds() - cpu[0]) / wall,
-                    "worker_cpu_cores": (process_cpu_seconds(worker_pid) - cpu[1]) / wall,
+                    "worker_cpu_cores": (process_tree_cpu_seconds(worker_pid) - cpu[1]) / wall,
                     "bench_cpu_cores": (time.process_time() - own) / wall,
                     "machine_busy_cores": (machine.busy_cpu_seconds() - busy) / wall,
                 }
@@ -332,25 +415,20 @@ async def _clients(concurrency: int, prompts: list[str], one: Any) -> list[_Samp
     return samples
 
 
-async def _engine_request(
-    engine: TransformersRuntime, text: str, args: argparse.Namespace
-) -> _Sample:
+async def _engine_request(engine: _DirectEngine, text: str, args: argparse.Namespace) -> _Sample:
     sample = _Sample()
     started = time.perf_counter()
     last: float | None = None
-    params = SamplingParams(max_tokens=args.max_tokens, temperature=0.0)
-    stream = engine.generate(await engine.encode(text), params)
+    stream = engine.generate(text, args.max_tokens)
     async with contextlib.aclosing(stream):
-        async for delta in stream:
-            if not delta.tokens:
-                continue
+        async for tokens in stream:
             now = time.perf_counter()
             if last is None:
                 sample.first_token_s = now - started
             else:
                 sample.gaps_s.append(now - last)
             last = now
-            sample.tokens += delta.tokens
+            sample.tokens += tokens
     return sample
 
 

@@ -172,6 +172,23 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_tree_cpu_seconds(pid: int) -> float:
+    """:func:`process_cpu_seconds` of ``pid`` and of every process below it (a worker and
+    its engine process, say), as far as they are alive now."""
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            total += process_cpu_seconds(current)
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as f:
+                    pending += [int(child) for child in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile
+    return total
+
+
 @dataclass(frozen=True)
 class ModelCounts:
     """Triton statistics counters of one model."""

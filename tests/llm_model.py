@@ -11,9 +11,12 @@ calling test when transformers or torch are missing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import pytest
+
+if TYPE_CHECKING:
+    from runtimes.llm.hf import TransformersRuntime
 
 SPECIAL: Final = ("<s>", "</s>", "<unk>")
 WORDS: Final = tuple(
@@ -89,3 +92,22 @@ def prompt(*words: str) -> str:
     for word in words:
         assert word in WORDS, word
     return " ".join(words)
+
+
+async def load_runtime(model_dir: Path, **parameters: str) -> TransformersRuntime:
+    """A :class:`runtimes.llm.hf.TransformersRuntime` loaded from ``model_dir`` on the CPU,
+    with config ``parameters`` set and no time to drain on sleep or unload."""
+    from data_plane import model_config
+    from runtimes.base import RuntimeOptions
+    from runtimes.llm.hf import TransformersRuntime
+
+    config = model_config.read_config_file(model_dir)
+    assert config is not None
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    TransformersRuntime.complete_config(model_dir / "1", config)
+    runtime = TransformersRuntime(
+        name=model_dir.name, version=1, options=RuntimeOptions(drain_timeout_s=0.0)
+    )
+    await runtime.load(model_dir / "1", config, "cpu")
+    return runtime

@@ -4,6 +4,7 @@
 surfaces drive (streaming ``generate``, ``abort``, ``sleep``/``wake``, engine load);
 ``sampling`` the request-side types; ``text`` incremental detokenization and stop strings;
 ``parameters`` the engine options read from the model config's ``parameters``; ``hf`` the
-transformers engine (continuous batching, CPU or GPU) and ``vllm`` the vLLM adapter (GPU,
-imported lazily).
+transformers runtime (continuous batching, CPU or GPU), whose engine (``hf_engine``) runs in
+a process of its own (``engine_process``); and ``vllm`` the vLLM adapter (GPU, imported
+lazily).
 """

@@ -24,7 +24,7 @@ from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.hf import TransformersRuntime
 from runtimes.llm.sampling import SamplingParams
-from tests.llm_model import WORDS, prompt, write_tiny_llm
+from tests.llm_model import WORDS, load_runtime, prompt, write_tiny_llm
 
 pytestmark = pytest.mark.anyio
 
@@ -42,22 +42,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_llm(tmp_path_factory.mktemp("repo"), "tiny")
 
 
-async def _load(model_dir: Path, **parameters: str) -> TransformersRuntime:
-    config = model_config.read_config_file(model_dir)
-    assert config is not None
-    for key, value in parameters.items():
-        config.parameters[key].string_value = value
-    TransformersRuntime.complete_config(model_dir / "1", config)
-    runtime = TransformersRuntime(
-        name="tiny", version=1, options=RuntimeOptions(drain_timeout_s=0.0)
-    )
-    await runtime.load(model_dir / "1", config, "cpu")
-    return runtime
-
-
 @pytest.fixture(scope="module")
 async def engine(model_dir: Path) -> AsyncIterator[TransformersRuntime]:
-    runtime = await _load(model_dir)
+    runtime = await load_runtime(model_dir)
     try:
         yield runtime
     finally:
@@ -124,7 +111,7 @@ async def test_admission_errors_come_before_the_stream(engine: TransformersRunti
 
 
 async def test_the_pending_bound_refuses_with_503(model_dir: Path) -> None:
-    runtime = await _load(model_dir, max_pending_requests="1")
+    runtime = await load_runtime(model_dir, max_pending_requests="1")
     try:
         ids = await runtime.encode(prompt("the"))
         first = runtime.generate(ids, SamplingParams(max_tokens=200, temperature=0.0))
@@ -138,7 +125,7 @@ async def test_the_pending_bound_refuses_with_503(model_dir: Path) -> None:
 
 
 async def test_sleep_refuses_aborts_and_wake_restores_identical_output(model_dir: Path) -> None:
-    runtime = await _load(model_dir)
+    runtime = await load_runtime(model_dir)
     try:
         ids = await runtime.encode(prompt("the", "moon"))
         before = await runtime.complete(ids, GREEDY)
