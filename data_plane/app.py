@@ -24,6 +24,7 @@ from data_plane.state import Lifecycle, ServerState
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
 from runtimes.base import RuntimeOptions
 from runtimes.llm.base import LLMRuntime
+from runtimes.llm.engine_process import SpareEngines
 from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def build_repository(
                 intra_op_threads=settings.intra_op_threads,
                 inter_op_threads=settings.inter_op_threads,
                 drain_timeout_s=settings.exit_timeout_s,
+                spare_engines=SpareEngines(),
             ),
             gpu_count=gpu_count,
             batcher_queue_bound=settings.batcher_queue_bound,

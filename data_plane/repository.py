@@ -328,7 +328,8 @@ class ModelRepository:
         await asyncio.shield(task)
 
     async def close(self) -> None:
-        """Let loads in progress settle (bounded), then unload everything (server shutdown)."""
+        """Let loads in progress settle (bounded), then unload everything and stop the spare
+        engine process (server shutdown)."""
         running = [e.task for e in self._entries.values() if e.task and not e.task.done()]
         if running:
             await asyncio.wait(running, timeout=self._settings.drain_timeout_s)
@@ -340,6 +341,9 @@ class ModelRepository:
             ),
             return_exceptions=True,
         )
+        spares = self._settings.runtime_options.spare_engines
+        if spares is not None:
+            await asyncio.to_thread(spares.close)
 
     async def _load(
         self, entry: _Entry, config_override: str | None, storage_uri: str | None

@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from data_plane.proto.model_config_pb2 import ModelConfig
+
+if TYPE_CHECKING:
+    from runtimes.llm.engine_process import SpareEngines
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +54,8 @@ class RuntimeOptions:
     """Threads an engine may use across operators; 0 lets the engine choose."""
     drain_timeout_s: float = 30.0
     """How long :meth:`ModelRuntime.sleep` lets requests in flight finish before aborting them."""
+    spare_engines: SpareEngines | None = None
+    """The server's spare LLM engine process (see :class:`SpareEngines`); None: none kept."""
 
 
 class ModelRuntime(abc.ABC):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 if TYPE_CHECKING:
+    from runtimes.llm.engine_process import SpareEngines
     from runtimes.llm.hf import TransformersRuntime
 
 SPECIAL: Final = ("<s>", "</s>", "<unk>")
@@ -94,9 +95,11 @@ def prompt(*words: str) -> str:
     return " ".join(words)
 
 
-async def load_runtime(model_dir: Path, **parameters: str) -> TransformersRuntime:
+async def load_runtime(
+    model_dir: Path, *, spares: SpareEngines | None = None, **parameters: str
+) -> TransformersRuntime:
     """A :class:`runtimes.llm.hf.TransformersRuntime` loaded from ``model_dir`` on the CPU,
-    with config ``parameters`` set and no time to drain on sleep or unload."""
+    with config ``parameters`` set, no time to drain on sleep or unload, and ``spares``."""
     from data_plane import model_config
     from runtimes.base import RuntimeOptions
     from runtimes.llm.hf import TransformersRuntime
@@ -107,7 +110,9 @@ async def load_runtime(model_dir: Path, **parameters: str) -> TransformersRuntim
         config.parameters[key].string_value = value
     TransformersRuntime.complete_config(model_dir / "1", config)
     runtime = TransformersRuntime(
-        name=model_dir.name, version=1, options=RuntimeOptions(drain_timeout_s=0.0)
+        name=model_dir.name,
+        version=1,
+        options=RuntimeOptions(drain_timeout_s=0.0, spare_engines=spares),
     )
     await runtime.load(model_dir / "1", config, "cpu")
     return runtime

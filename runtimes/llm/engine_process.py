@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import os
@@ -103,28 +102,20 @@ class EngineProcess:
         on_updates: Callable[[list[TokenUpdate]], None],
         on_exit: Callable[[str], None],
         timeout_s: float,
+        spares: SpareEngines | None = None,
     ) -> tuple[EngineProcess, EngineInfo]:
-        """Start the process and load ``model_dir`` in it.
+        """Start a process (or take the spare one) and load ``model_dir`` in it.
 
         Raises EngineProcessError when the process cannot start, exits, or refuses the load,
         and TimeoutError after ``timeout_s``; the process is gone then.
         """
-        ours, theirs = socket.socketpair()
-        level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-        command = [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())]
-        command += ["--log-level", str(level)]
-        try:
-            process = await asyncio.to_thread(
-                functools.partial(
-                    subprocess.Popen, command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
-                )
-            )
-        except OSError as exc:
-            ours.close()
-            raise EngineProcessError(f"cannot start the engine process: {exc}") from exc
-        finally:
-            theirs.close()
-        conn = Connection(ours.detach())
+        spare = spares.take() if spares is not None else None
+        if spare is None:
+            spare = await asyncio.to_thread(spawn)
+        if spares is not None:
+            # The next load (after an unload, say) finds one with torch imported already.
+            spares.refill()
+        process, conn = spare
         handle = cls(process, conn, on_updates=on_updates, on_exit=on_exit)
         try:
             handle._send(("load", str(model_dir), device, dict(parameters), fallback_eos_ids))
@@ -269,6 +260,92 @@ class EngineProcess:
             self._on_exit(reason)
 
 
+def spawn() -> tuple[subprocess.Popen[Any], Connection]:
+    """Start an engine process; it imports the engine's packages and waits for a load.
+
+    Blocking (a fork and an exec). Raises EngineProcessError.
+    """
+    ours, theirs = socket.socketpair()
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
+    command = [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())]
+    command += ["--log-level", str(level)]
+    try:
+        process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        ours.close()
+        raise EngineProcessError(f"cannot start the engine process: {exc}") from exc
+    finally:
+        theirs.close()
+    return process, Connection(ours.detach())
+
+
+class SpareEngines:
+    """One engine process kept started, with torch and transformers imported, for the next
+    load: a reload then costs the weights, not an interpreter and its imports (seconds).
+
+    A spare touches no GPU until it loads (importing torch does not create a CUDA context),
+    so an unloaded model's process still exits and gives all of its memory back. Nothing is
+    spawned before the first load asks; :meth:`close` stops the spare.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spare: tuple[subprocess.Popen[Any], Connection] | None = None
+        self._is_closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The spare's process id; None while there is none."""
+        spare = self._spare
+        return None if spare is None else spare[0].pid
+
+    def take(self) -> tuple[subprocess.Popen[Any], Connection] | None:
+        """The spare, if there is one still running."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+        if spare is not None and spare[0].poll() is not None:
+            spare[1].close()
+            return None
+        return spare
+
+    def refill(self) -> None:
+        """Start a spare unless there is one (in a thread; returns at once)."""
+        threading.Thread(target=self._refill, name="llm-spare", daemon=True).start()
+
+    def _refill(self) -> None:
+        with self._lock:
+            if self._spare is not None or self._is_closed:
+                return
+        try:
+            spare = spawn()
+        except EngineProcessError as exc:
+            logger.warning("no spare engine process: %s", exc)
+            return
+        with self._lock:
+            if self._spare is None and not self._is_closed:
+                self._spare = spare
+                return
+        _stop_spare(spare)
+
+    def close(self) -> None:
+        """Stop the spare (blocking, bounded); later refills start none."""
+        with self._lock:
+            self._is_closed = True
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            _stop_spare(spare)
+
+
+def _stop_spare(spare: tuple[subprocess.Popen[Any], Connection]) -> None:
+    process, conn = spare
+    conn.close()  # a waiting engine process exits when its socket closes
+    try:
+        process.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=STOP_TIMEOUT_S)
+
+
 # ---- the engine process ----
 
 
@@ -292,6 +369,10 @@ class _Engine:
             self._stopped.set()
 
     def serve(self) -> int:
+        # Imported before the load arrives: a spare process has them ready.
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+
         try:
             first = self._conn.recv()
         except EOFError:

@@ -109,6 +109,7 @@ class TransformersRuntime(LLMRuntime):
                 on_updates=self._on_updates,
                 on_exit=self._on_engine_exit,
                 timeout_s=_START_TIMEOUT_S,
+                spares=self.options.spare_engines,
             )
         except (EngineProcessError, TimeoutError) as exc:
             self._tokenizer = None

@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 from data_plane import model_config
 from data_plane.errors import EngineDeadError, InternalError, ModelLoadError
 from runtimes.base import RuntimeOptions, RuntimeState
+from runtimes.llm.engine_process import SpareEngines
 from runtimes.llm.hf import OPTIONS, TransformersRuntime
 from runtimes.llm.parameters import read_parameters
 from runtimes.llm.sampling import SamplingParams
@@ -95,6 +98,42 @@ async def test_a_folder_the_engine_cannot_load_fails_the_load_with_its_reason(
     with pytest.raises(ModelLoadError, match="cannot load"):
         await runtime.load(broken, config, "cpu")
     assert runtime.state is RuntimeState.FAILED
+
+
+async def test_a_reload_takes_the_spare_process_and_close_stops_the_next(model_dir: Path) -> None:
+    spares = SpareEngines()
+    try:
+        assert spares.pid is None  # nothing before an LLM is loaded
+        runtime = await load_runtime(model_dir, spares=spares)
+        first = _engine_pid(runtime)
+        await runtime.unload()
+        assert not _is_alive(first)
+        await _until(lambda: spares.pid is not None)
+        spare = spares.pid
+        runtime = await load_runtime(model_dir, spares=spares)
+        try:
+            assert _engine_pid(runtime) == spare
+            ids = await runtime.encode(prompt("the"))
+            completion = await runtime.complete(ids, SamplingParams(max_tokens=4, temperature=0))
+            assert completion.completion_tokens > 0
+            await _until(lambda: spares.pid is not None)
+            nxt = spares.pid
+            assert nxt is not None and nxt != spare
+        finally:
+            await runtime.unload()
+    finally:
+        await asyncio.to_thread(spares.close)
+    assert not _is_alive(nxt)
+    spares.refill()  # closed: starts none
+    await asyncio.sleep(0.5)
+    assert spares.pid is None
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
 
 
 def test_the_engine_process_exits_when_the_server_end_closes(model_dir: Path) -> None:
