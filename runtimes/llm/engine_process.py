@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from runtimes.llm.hf_engine import EngineInfo, EngineLoadError, HFEngine, TokenUpdate
 
@@ -369,9 +369,13 @@ class _Engine:
             self._stopped.set()
 
     def serve(self) -> int:
-        # Imported before the load arrives: a spare process has them ready.
+        # Imported before the load arrives, so that a spare process has them ready: the
+        # generic half of transformers' loading and batching code takes as long to import
+        # as torch (about 2 s each here); only the model's own module is left for the load.
         import torch  # noqa: F401
-        import transformers  # noqa: F401
+        import transformers.generation.continuous_batching.continuous_api
+        import transformers.modeling_utils  # noqa: F401
+        from transformers import AutoModelForCausalLM  # noqa: F401
 
         try:
             first = self._conn.recv()
@@ -471,7 +475,7 @@ class _Engine:
                 self.send(("load", *load))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     parser = argparse.ArgumentParser(description="zeroserve's transformers engine process")
     parser.add_argument("--fd", type=int, required=True, help="the socket to the server")
     parser.add_argument("--log-level", default="WARNING")
@@ -483,8 +487,13 @@ def main(argv: list[str] | None = None) -> int:
         level=args.log_level,
         format=f"%(asctime)s %(levelname)s engine[{os.getpid()}] %(name)s: %(message)s",
     )
-    return _Engine(Connection(args.fd)).serve()
+    code = _Engine(Connection(args.fd)).serve()
+    # The engine is freed; skip the interpreter's teardown of torch (a second or more).
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
