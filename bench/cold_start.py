@@ -23,7 +23,7 @@ floor's bandwidth. Results go to ``bench/results/<UTC time>-<tag>-cold_start.jso
 
     npm install -g s3rver@3.7.1     # once
     python bench/cold_start.py      # about 4-6 minutes on 2 cores
-    python bench/cold_start.py --size-mib 256 --repeats 1   # smoke run
+    python bench/cold_start.py --quick   # smoke run: 256 MiB, one repeat
 """
 
 from __future__ import annotations
@@ -84,10 +84,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rate-mb", type=float, default=4.0, help="per-connection MB/s limit")
     parser.add_argument("--tuning-mib", type=int, default=128, help="tuning object size")
     parser.add_argument("--workdir", type=Path, help="scratch folder on the disk to measure")
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: a 256 MiB model, 1 repeat, 16 MiB tuning"
+    )
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
     parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
     parser.add_argument("--serve-proxy", nargs=3, metavar=("PORT", "UPSTREAM", "RATE"))
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.size_mib, args.repeats, args.tuning_mib = 256, 1, 16
+    return args
 
 
 # ---- model, page cache, floor ----

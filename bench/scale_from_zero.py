@@ -28,6 +28,7 @@ placement, the proxied request itself). Medians per case. Target: both warm hits
 Results go to ``bench/results/<UTC time>-<tag>-scale_from_zero.json``.
 
     python bench/scale_from_zero.py               # about 2.5 minutes
+    python bench/scale_from_zero.py --quick       # smoke run, one run per case
     python bench/scale_from_zero.py --repeats 2   # smoke run
 """
 
@@ -81,9 +82,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--settle", type=float, default=0.5, help="quiet seconds before each timed request"
     )
+    parser.add_argument("--quick", action="store_true", help="smoke run: 1 repeat per case")
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
     parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats = 1
     if args.repeats < 1 or args.settle < 0:
         parser.error("--repeats must be >= 1 and --settle >= 0")
     return args
