@@ -26,6 +26,7 @@ import contextlib
 import itertools
 import logging
 import os
+import queue
 import socket
 import subprocess
 import sys
@@ -77,7 +78,13 @@ class EngineProcess:
         self._on_updates = on_updates
         self._on_exit = on_exit
         self._loop = asyncio.get_running_loop()
-        self._send_lock = threading.Lock()
+        # Sends go through a thread of their own: a socket whose buffer an engine busy
+        # elsewhere has let fill up would otherwise block the event loop.
+        self._outgoing: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._writer = threading.Thread(
+            target=self._write, name=f"llm-engine-send-{process.pid}", daemon=True
+        )
+        self._writer.start()
         self._ready: asyncio.Future[EngineInfo] = self._loop.create_future()
         self._calls: dict[int, asyncio.Future[None]] = {}
         self._sequence = itertools.count()
@@ -168,6 +175,8 @@ class EngineProcess:
         seq = next(self._sequence)
         future: asyncio.Future[None] = self._loop.create_future()
         self._calls[seq] = future
+        if self._outbox:
+            self._flush()  # what was asked before this call reaches the engine before it
         try:
             self._send(("call", seq, name))
             async with asyncio.timeout(timeout_s):
@@ -181,8 +190,8 @@ class EngineProcess:
         Blocking; callable from any thread; idempotent.
         """
         self._is_closing = True
-        with contextlib.suppress(OSError, EngineProcessError):
-            self._send(("stop",))
+        self._outgoing.put(("stop",))
+        self._outgoing.put(None)
         try:
             self._process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -191,6 +200,7 @@ class EngineProcess:
             )
             self._process.kill()
             self._process.wait(timeout=timeout_s)
+        self._writer.join(timeout=timeout_s)
         if self._loop.is_closed():
             self._conn.close()
         else:
@@ -198,13 +208,17 @@ class EngineProcess:
                 self._loop.call_soon_threadsafe(self._detach)
 
     def _send(self, message: tuple[Any, ...]) -> None:
-        if self.death is not None and message[0] != "stop":
+        if self.death is not None:
             raise EngineProcessError(self.death)
-        try:
-            with self._send_lock:
+        self._outgoing.put(message)
+
+    def _write(self) -> None:
+        while (message := self._outgoing.get()) is not None:
+            try:
                 self._conn.send(message)
-        except (OSError, ValueError) as exc:  # ValueError: the connection is closed
-            raise EngineProcessError(f"the engine process is gone: {exc}") from exc
+            except (OSError, ValueError):  # ValueError: the connection is closed
+                # The process is gone; the reader sees it and fails what was waiting.
+                return
 
     def _detach(self) -> None:
         if self._is_attached:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -79,6 +80,40 @@ async def test_a_crashed_engine_fails_its_requests_and_reads_as_dead(model_dir: 
         assert runtime.is_dead
         with pytest.raises(EngineDeadError):
             await runtime.complete(ids, SamplingParams(max_tokens=4, temperature=0.0))
+    finally:
+        await runtime.unload()
+
+
+async def test_a_stalled_engine_never_blocks_the_event_loop(model_dir: Path) -> None:
+    """Sends that the stopped engine cannot take (megabytes: more than the socket buffers)
+    queue on the sender thread; the loop goes on, and the engine catches up once resumed."""
+    runtime = await load_runtime(model_dir)
+    pid = _engine_pid(runtime)
+    process = runtime._process
+    assert process is not None
+    resumed = threading.Event()
+
+    def resume() -> None:
+        # Fails safe: were the loop blocked in a send, this frees it.
+        resumed.set()
+        os.kill(pid, signal.SIGCONT)
+
+    watchdog = threading.Timer(WAIT_S, resume)
+    os.kill(pid, signal.SIGSTOP)
+    watchdog.start()
+    try:
+        for index in range(64):
+            process.cancel(f"{index}-" + "x" * 32_768)  # unknown ids: no-ops in the engine
+            await asyncio.sleep(0)  # one message per loop iteration
+        assert not resumed.is_set(), "the event loop was blocked by a send"
+    finally:
+        watchdog.cancel()
+        os.kill(pid, signal.SIGCONT)
+    try:
+        ids = await runtime.encode(prompt("the", "moon"))
+        async with asyncio.timeout(WAIT_S):
+            completion = await runtime.complete(ids, SamplingParams(max_tokens=4, temperature=0))
+        assert completion.completion_tokens > 0
     finally:
         await runtime.unload()
 
