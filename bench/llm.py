@@ -130,8 +130,7 @@ class _Level:
     repeats: list[dict[str, Any]] = field(default_factory=list)
 
     def median(self, key: str) -> float:
-        values = [float(r[key]) for r in self.repeats if r.get(key) is not None]
-        return statistics.median(values) if values else float("nan")
+        return report.median_of(self.repeats, key)
 
 
 @dataclass

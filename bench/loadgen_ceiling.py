@@ -28,7 +28,6 @@ import argparse
 import json
 import re
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -132,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 "target": target,
                 "client": client,
                 "concurrency": c,
-                "median": {k: _median(runs, k) for k in _KEYS},
+                "median": {k: report.median_of(runs, k) for k in _KEYS},
                 "repeats": runs,
             }
             for (target, client, c), runs in points.items()
@@ -231,11 +230,6 @@ _KEYS: Final = (
 )
 
 
-def _median(runs: list[dict[str, Any]], key: str) -> float:
-    values = [float(r[key]) for r in runs if r.get(key) is not None]
-    return statistics.median(values) if values else float("nan")
-
-
 def _table(points: dict[tuple[str, str, int], list[dict[str, Any]]], repeats: int) -> str:
     header = (
         f"{'target':<9}{'client':<17}{'c':>4}{'req/s':>10}{'p50 ms':>8}{'p99 ms':>8}"
@@ -243,12 +237,12 @@ def _table(points: dict[tuple[str, str, int], list[dict[str, Any]]], repeats: in
     )
     lines = ["", header, "-" * len(header)]
     for (target, client, c), runs in points.items():
-        us = _median(runs, "client_cpu_us_per_request")
+        us = report.median_of(runs, "client_cpu_us_per_request")
         lines.append(
-            f"{target:<9}{client:<17}{c:>4}{_median(runs, 'throughput'):>10,.0f}"
-            f"{_median(runs, 'p50_ms'):>8.2f}{_median(runs, 'p99_ms'):>8.2f}"
-            f"{_median(runs, 'client_cpu_cores'):>10.2f}{us:>11.1f}{1e6 / us:>11,.0f}"
-            f"{_median(runs, 'server_cpu_cores'):>10.2f}"
+            f"{target:<9}{client:<17}{c:>4}{report.median_of(runs, 'throughput'):>10,.0f}"
+            f"{report.median_of(runs, 'p50_ms'):>8.2f}{report.median_of(runs, 'p99_ms'):>8.2f}"
+            f"{report.median_of(runs, 'client_cpu_cores'):>10.2f}{us:>11.1f}{1e6 / us:>11,.0f}"
+            f"{report.median_of(runs, 'server_cpu_cores'):>10.2f}"
         )
     lines += [
         "",

@@ -36,8 +36,7 @@ class Point:
         return f"server  {self.encoding:<6} c={self.size}"
 
     def median(self, key: str) -> float:
-        values = [float(r[key]) for r in self.repeats if r.get(key) is not None]
-        return statistics.median(values) if values else float("nan")
+        return median_of(self.repeats, key)
 
     def spread(self, key: str) -> float:
         """(max - min) / median over the repeats: how noisy the point is."""
@@ -60,6 +59,12 @@ class Target:
     @property
     def passed(self) -> bool:
         return self.value <= self.threshold if self.is_max else self.value >= self.threshold
+
+
+def median_of(repeats: list[dict[str, Any]], key: str) -> float:
+    """The median of ``key`` over the repeats that have it; NaN when none has."""
+    values = [float(r[key]) for r in repeats if r.get(key) is not None]
+    return statistics.median(values) if values else float("nan")
 
 
 def find(

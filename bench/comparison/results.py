@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bench.report import median_of
 from zeroserve.bench.plot import PlotPoint, Series, write_plot
 
 ENGINE: Final = "engine"
@@ -32,10 +33,7 @@ class Entry:
         return self.key == ENGINE
 
     def median(self, name: str) -> float:
-        values = [
-            float(r[name]) for r in self.repeats if r.get(name) is not None and not r.get("failed")
-        ]
-        return statistics.median(values) if values else math.nan
+        return median_of([r for r in self.repeats if not r.get("failed")], name)
 
     def spread(self, name: str) -> float:
         """(max - min) / median over the repeats."""
