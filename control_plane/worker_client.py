@@ -11,11 +11,13 @@ model read in place from a local folder) or the counters could not be read.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from control_plane.errors import LoadFailedError, UpstreamError
 from control_plane.records import ModelRecord, WorkerRecord
 
-__all__ = ["LoadReport", "WorkerClient", "load_body", "probe_live"]
+__all__ = ["LoadReport", "WorkerClient", "load_body", "probe_live", "probe_round"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,36 @@ async def probe_live(http: httpx.AsyncClient, url: str) -> bool:
     except httpx.HTTPError:
         return False
     return response.status_code == 200
+
+
+class Probed(Protocol):
+    """A backend's worker as :func:`probe_round` sees it."""
+
+    record: WorkerRecord
+    failures: int
+    """Liveness probes failed in a row."""
+    is_stopping: bool
+
+
+_W = TypeVar("_W", bound=Probed)
+
+
+async def probe_round(
+    workers: Iterable[_W], health: Callable[[str], Awaitable[bool]], threshold: int
+) -> list[_W]:
+    """Probe every worker not stopping at once (``health`` takes a worker id), count each
+    one's failures in a row, and return those that reached ``threshold``."""
+    probed = [w for w in workers if not w.is_stopping]
+    results = await asyncio.gather(*(health(w.record.id) for w in probed))
+    failing = []
+    for worker, is_live in zip(probed, results, strict=True):
+        if is_live:
+            worker.failures = 0
+            continue
+        worker.failures += 1
+        if worker.failures >= threshold:
+            failing.append(worker)
+    return failing
 
 
 class WorkerClient:

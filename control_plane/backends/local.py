@@ -35,7 +35,7 @@ from control_plane.backends.base import PodBackend, PoolSpec, WorkerLost
 from control_plane.errors import NoCapacityError, WorkerStartError
 from control_plane.records import WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
-from control_plane.worker_client import probe_live
+from control_plane.worker_client import probe_live, probe_round
 
 __all__ = ["LocalBackend", "free_port"]
 
@@ -363,23 +363,21 @@ class LocalBackend(PodBackend):
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self._settings.worker_health_interval_s)
-            workers = [w for w in self._workers.values() if not w.is_stopping]
-            results = await asyncio.gather(*(self.health(w.record.id) for w in workers))
-            for worker, is_live in zip(workers, results, strict=True):
-                if is_live:
-                    worker.failures = 0
-                    continue
-                worker.failures += 1
-                if worker.failures >= self._settings.worker_health_failures:
-                    logger.warning(
-                        "worker %s failed %d liveness probes; killing it",
-                        worker.record.id,
-                        worker.failures,
-                        extra={"worker": worker.record.id},
-                    )
-                    task = asyncio.create_task(self._lose(worker), name=f"lose-{worker.record.id}")
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+            failing = await probe_round(
+                list(self._workers.values()),
+                self.health,
+                self._settings.worker_health_failures,
+            )
+            for worker in failing:
+                logger.warning(
+                    "worker %s failed %d liveness probes; killing it",
+                    worker.record.id,
+                    worker.failures,
+                    extra={"worker": worker.record.id},
+                )
+                task = asyncio.create_task(self._lose(worker), name=f"lose-{worker.record.id}")
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
 
 def _signal_group(pid: int, sig: int) -> None:

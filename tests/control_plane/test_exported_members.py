@@ -59,7 +59,13 @@ EXPORTS = {
     },
     "control_plane.reaper": {"Acting", "Activations", "Liveness", "Reaper", "ReplicaRetirer"},
     "control_plane.settings": {"AdminClientSettings", "ControlPlaneSettings"},
-    "control_plane.worker_client": {"LoadReport", "WorkerClient", "load_body", "probe_live"},
+    "control_plane.worker_client": {
+        "LoadReport",
+        "WorkerClient",
+        "load_body",
+        "probe_live",
+        "probe_round",
+    },
 }
 
 

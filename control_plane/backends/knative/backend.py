@@ -54,7 +54,7 @@ from control_plane.backends.knative.settings import KnativeSettings
 from control_plane.errors import NoCapacityError, WorkerStartError
 from control_plane.records import WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
-from control_plane.worker_client import probe_live
+from control_plane.worker_client import probe_live, probe_round
 
 __all__ = ["KnativeBackend", "create_knative_backend"]
 
@@ -457,19 +457,14 @@ class KnativeBackend(PodBackend):
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self._settings.worker_health_interval_s)
-            workers = [w for w in self._workers.values() if not w.is_stopping]
-            results = await asyncio.gather(*(self.health(w.record.id) for w in workers))
-            for worker, is_live in zip(workers, results, strict=True):
-                if is_live:
-                    worker.failures = 0
-                    continue
-                worker.failures += 1
-                is_current = self._workers.get(worker.record.id) is worker
-                if (
-                    worker.failures >= self._settings.worker_health_failures
-                    and is_current
-                    and not worker.is_stopping
-                ):
+            failing = await probe_round(
+                list(self._workers.values()),
+                self.health,
+                self._settings.worker_health_failures,
+            )
+            for worker in failing:
+                # The probes took a while: the worker may have gone or begun stopping.
+                if self._workers.get(worker.record.id) is worker and not worker.is_stopping:
                     self._condemned.add(worker.record.id)
                     self._lose(worker, f"{worker.failures} failed liveness probes")
                     self._spawn(self._delete_pod(worker.pod), f"delete-{worker.pod}")
