@@ -197,6 +197,19 @@ class Connection(asyncio.Protocol):
         self._sink.on_response(self, tag, status)
 
 
+async def abort_overdue(connections: Iterable[Connection], timeout_s: float) -> None:
+    """A load run's watchdog: for ever, abort (as ``timeout``) every connection whose request
+    has waited longer than ``timeout_s``; cancelled by :func:`close_all`."""
+    timeout_ns = int(timeout_s * 1e9)
+    tick_s = min(0.1, timeout_s / 4)
+    while True:
+        await asyncio.sleep(tick_s)
+        now = time.perf_counter_ns()
+        for connection in list(connections):
+            if connection.is_busy and now - connection.sent_ns > timeout_ns:
+                connection.abort("timeout")
+
+
 async def close_all(
     watchdog: asyncio.Task[None],
     tasks: Iterable[asyncio.Task[None]],

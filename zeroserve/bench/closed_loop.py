@@ -18,7 +18,7 @@ from typing import Final
 
 import numpy as np
 
-from zeroserve.bench.client import Connection, Endpoint, close_all, open_connection
+from zeroserve.bench.client import Connection, Endpoint, abort_overdue, close_all, open_connection
 from zeroserve.bench.sse import STREAM_ERROR, StreamMeter, StreamRecorder
 from zeroserve.bench.stats import LatencySummary, LevelResult, count_errors
 
@@ -92,7 +92,9 @@ class ClosedLoop:
         self.started_ns = time.perf_counter_ns()
         self.window_start_ns = self.started_ns + int(plan.warmup_s * 1e9)
         self.window_end_ns = self.window_start_ns + int(plan.duration_s * 1e9)
-        watchdog = asyncio.create_task(self._watch_timeouts(), name="bench-closed-watchdog")
+        watchdog = asyncio.create_task(
+            abort_overdue(self._connections, self._plan.timeout_s), name="bench-closed-watchdog"
+        )
         try:
             for _ in range(self._concurrency):
                 self._spawn_connect(pause_s=0.0)
@@ -181,16 +183,6 @@ class ClosedLoop:
             if now < self.window_end_ns:
                 self._send(connection, now)
             return
-
-    async def _watch_timeouts(self) -> None:
-        timeout_ns = int(self._plan.timeout_s * 1e9)
-        tick_s = min(0.1, self._plan.timeout_s / 4)
-        while True:
-            await asyncio.sleep(tick_s)
-            now = time.perf_counter_ns()
-            for connection in list(self._connections):
-                if connection.is_busy and now - connection.sent_ns > timeout_ns:
-                    connection.abort("timeout")
 
     def _result(self) -> LevelResult:
         start, end = self.window_start_ns, self.window_end_ns

@@ -24,7 +24,7 @@ from typing import Final
 
 import numpy as np
 
-from zeroserve.bench.client import Connection, close_all, open_connection
+from zeroserve.bench.client import Connection, abort_overdue, close_all, open_connection
 from zeroserve.bench.closed_loop import LoadPlan, stream_done
 from zeroserve.bench.sse import STREAM_ERROR, StreamMeter, StreamRecorder
 from zeroserve.bench.stats import LatencySummary, LevelResult, count_errors
@@ -96,7 +96,9 @@ class OpenLoop:
         self.started_ns = time.perf_counter_ns() + _START_DELAY_NS
         self.window_start_ns = self.started_ns + int(plan.warmup_s * 1e9)
         self.window_end_ns = self.window_start_ns + int(plan.duration_s * 1e9)
-        watchdog = asyncio.create_task(self._watch_timeouts(), name="bench-open-watchdog")
+        watchdog = asyncio.create_task(
+            abort_overdue(self._connections, self._plan.timeout_s), name="bench-open-watchdog"
+        )
         try:
             await self._dispatch_all()
             self._is_all_sent = True
@@ -225,16 +227,6 @@ class OpenLoop:
         self.opened += 1
         self._connections.add(connection)
         self._free(connection)
-
-    async def _watch_timeouts(self) -> None:
-        timeout_ns = int(self._plan.timeout_s * 1e9)
-        tick_s = min(0.1, self._plan.timeout_s / 4)
-        while True:
-            await asyncio.sleep(tick_s)
-            now = time.perf_counter_ns()
-            for connection in list(self._connections):
-                if connection.is_busy and now - connection.sent_ns > timeout_ns:
-                    connection.abort("timeout")
 
     def _result(self) -> LevelResult:
         plan = self._plan
