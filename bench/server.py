@@ -172,20 +172,27 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def process_tree_cpu_seconds(pid: int) -> float:
-    """:func:`process_cpu_seconds` of ``pid`` and of every process below it (a worker and
-    its engine process, say), as far as they are alive now."""
-    total = 0.0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
+def process_tree_cpu_seconds(root: int) -> float:
+    """CPU seconds used so far by ``root`` and its live descendants (a worker and its engine
+    process, a server and its workers; exited ones are lost, so measure while they live)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            total += process_cpu_seconds(current)
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as f:
-                    pending += [int(child) for child in f.read().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # exited meanwhile
+            text = (entry / "stat").read_text(encoding="ascii", errors="replace")
+        except OSError:
+            continue
+        ppid = int(text.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            total += process_cpu_seconds(pid)
+        except OSError:
+            continue
+        stack.extend(parents.get(pid, ()))
     return total
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from bench.engine import Engine
 from bench.machine import busy_cpu_seconds
-from bench.server import REPO_ROOT, process_cpu_seconds
+from bench.server import REPO_ROOT, process_tree_cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -32,30 +32,6 @@ class LoadSettings:
     duration_s: float
     warmup_s: float
     timeout_s: float = 30.0
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds used so far by ``root`` and its live descendants (exited ones are lost,
-    which is why servers are measured while their workers live)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            continue
-        ppid = int(text.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    total, stack = 0.0, [root]
-    while stack:
-        pid = stack.pop()
-        try:
-            total += process_cpu_seconds(pid)
-        except OSError:
-            continue
-        stack.extend(parents.get(pid, ()))
-    return total
 
 
 def bench_command(
@@ -96,7 +72,7 @@ def served_point(
     """Run one point of load; its figures, or ``{"failed": why}`` with zero throughput."""
     json_out = workdir / f"point-{time.monotonic_ns()}.json"
     command = bench_command(url, model, concurrency, settings, json_out)
-    cpu, busy = tree_cpu_seconds(server_pid), busy_cpu_seconds()
+    cpu, busy = process_tree_cpu_seconds(server_pid), busy_cpu_seconds()
     wall = time.monotonic()
     try:
         done = subprocess.run(
@@ -109,7 +85,7 @@ def served_point(
     except subprocess.TimeoutExpired:
         return _failed("zeroserve bench did not finish in time", command)
     wall = time.monotonic() - wall
-    cpu, busy = tree_cpu_seconds(server_pid) - cpu, busy_cpu_seconds() - busy
+    cpu, busy = process_tree_cpu_seconds(server_pid) - cpu, busy_cpu_seconds() - busy
     if done.returncode == 2 or not json_out.is_file():
         return _failed((done.stderr or done.stdout).strip()[-500:], command)
     level = json.loads(json_out.read_text(encoding="utf-8"))["levels"][0]
