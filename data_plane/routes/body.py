@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 from starlette.requests import Request
 from starlette.types import Message, Receive
 
@@ -54,3 +57,14 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return await read_asgi_body(
         request.receive, None if declared is None else declared.encode("latin-1"), max_bytes
     )
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """``body`` parsed as a JSON object; InvalidArgumentError (400) for anything else."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InvalidArgumentError("the request body must be a JSON object")
+    return doc

@@ -32,7 +32,7 @@ from data_plane.errors import (
 )
 from data_plane.http_errors import from_error
 from data_plane.llm import SSE_HEADERS, language_model, sse_event, until_disconnected
-from data_plane.routes.body import ClientDisconnectedError, read_body
+from data_plane.routes.body import ClientDisconnectedError, json_object, read_body
 from data_plane.routes.models import path_version
 from runtimes.llm.base import DEFAULT_MAX_TOKENS, EXCLUDE_INPUT, SAMPLING_INPUT, TEXT_INPUT
 from runtimes.llm.sampling import Delta, sampling_from_mapping
@@ -58,7 +58,7 @@ async def _generate(request: Request, *, is_stream: bool) -> Response:
         name = request.path_params["name"]
         model, runtime = language_model(request.state.repository, name, path_version(request))
         body = await read_body(request, request.state.settings.max_input_bytes)
-        doc = _document(body)
+        doc = json_object(body)
         request_id = doc.get("id")
         if request_id is not None and not isinstance(request_id, str):
             raise InvalidArgumentError("'id' must be a string")
@@ -84,16 +84,6 @@ async def _generate(request: Request, *, is_stream: bool) -> Response:
         return from_error(exc)
     output = text if is_excluded else prompt + text
     return Response(orjson.dumps({**head, "text_output": output}), media_type="application/json")
-
-
-def _document(body: bytes) -> dict[str, Any]:
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidArgumentError("the request body must be a JSON object")
-    return doc
 
 
 def _inputs(doc: dict[str, Any]) -> tuple[str, Any, bool]:

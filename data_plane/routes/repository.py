@@ -20,7 +20,7 @@ from starlette.routing import Route
 
 from data_plane.errors import InvalidArgumentError, UnavailableError, UnsupportedError
 from data_plane.repository import ModelRepository
-from data_plane.routes.body import read_body
+from data_plane.routes.body import json_object, read_body
 from data_plane.state import is_explicit
 
 _MAX_CONTROL_BODY = 16 * 2**20
@@ -30,13 +30,7 @@ async def _json_body(request: Request) -> dict[str, Any]:
     body = await read_body(request, _MAX_CONTROL_BODY)
     if not body.strip():
         return {}
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidArgumentError(f"failed to parse the request JSON buffer: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidArgumentError("the request body must be a JSON object")
-    return doc
+    return json_object(body)
 
 
 def _parameters(doc: dict[str, Any]) -> dict[str, Any]:
