@@ -232,6 +232,8 @@ async def test_triton_generate_and_v2_infer(server: LlmServer) -> None:
         },
     )
     bad = await server.client.post("/v2/models/tiny/generate", json={"text_input": 3})
+    not_json = await server.client.post("/v2/models/tiny/generate", content=b"{nope")
+    not_object = await server.client.post("/v2/models/tiny/generate", content=b"[1]")
     assert generated.status_code == 200, generated.text
     assert generated.json() == {
         "model_name": "tiny",
@@ -247,6 +249,10 @@ async def test_triton_generate_and_v2_infer(server: LlmServer) -> None:
     assert output["name"] == "text_output" and output["datatype"] == "BYTES"
     assert output["data"] == [PROMPT + text]
     assert bad.status_code == 400 and "text_input" in bad.json()["error"]
+    assert not_json.status_code == 400
+    assert "failed to parse the request JSON buffer" in not_json.json()["error"]
+    assert not_object.status_code == 400
+    assert not_object.json()["error"] == "the request body must be a JSON object"
 
 
 async def test_sleep_refuses_and_wake_gives_the_same_output(server: LlmServer) -> None:

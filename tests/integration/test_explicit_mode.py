@@ -54,6 +54,13 @@ def test_load_unload_cycles(server_factory, repo: Path):
         assert response.status_code == 400
         assert "Request for unknown model: 'mlp' is not found" in response.json()["error"]
 
+        not_json = client.post("/v2/repository/models/mlp/load", content=b"{nope")
+        assert not_json.status_code == 400
+        assert "failed to parse the request JSON buffer" in not_json.json()["error"]
+        not_object = client.post("/v2/repository/models/mlp/load", content=b"[1]")
+        assert not_object.status_code == 400
+        assert not_object.json()["error"] == "the request body must be a JSON object"
+
         for _ in range(5):
             assert client.post("/v2/repository/models/mlp/load", content=b"{}").status_code == 200
             assert client.get("/v2/models/mlp/ready").status_code == 200
