@@ -266,12 +266,13 @@ class _DirectEngine:
             if queue is not None:
                 queue.put_nowait(update)
 
-    async def generate(self, text: str, max_tokens: int) -> AsyncGenerator[int, None]:
-        """Greedy; yields the number of tokens of each step."""
+    async def generate(
+        self, prompt_ids: list[int], max_tokens: int
+    ) -> AsyncGenerator[tuple[int, ...], None]:
+        """Greedy; yields the new token ids of each step."""
         request_id = f"bench-{next(self._ids)}"
         queue: asyncio.Queue[TokenUpdate] = asyncio.Queue()
         self._queues[request_id] = queue
-        prompt_ids = self.tokenizer.encode(text)
         try:
             self._engine.add(
                 request_id, prompt_ids, max_new_tokens=max_tokens, temperature=0.0, top_p=1.0
@@ -282,36 +283,18 @@ class _DirectEngine:
                 if update.error is not None:
                     raise RuntimeError(f"the engine failed: {update.error}")
                 if update.tokens:
-                    yield len(update.tokens)
+                    yield update.tokens
                 if update.is_finished:
                     return
         finally:
             del self._queues[request_id]
 
     async def text(self, text: str, max_tokens: int) -> str:
-        request_id = f"bench-{next(self._ids)}"
-        queue: asyncio.Queue[TokenUpdate] = asyncio.Queue()
-        self._queues[request_id] = queue
-        tokens: list[int] = []
         prompt_ids = self.tokenizer.encode(text)
-        try:
-            self._engine.add(
-                request_id,
-                prompt_ids,
-                max_new_tokens=max_tokens,
-                temperature=0.0,
-                top_p=1.0,
-            )
-            while True:
-                async with asyncio.timeout(REQUEST_TIMEOUT_S):
-                    update = await queue.get()
-                tokens += update.tokens
-                if update.is_finished:
-                    # The server's detokenizer, so that the texts compare exactly.
-                    detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
-                    return detokenizer.add(tokens) + detokenizer.flush()
-        finally:
-            del self._queues[request_id]
+        tokens = [t async for step in self.generate(prompt_ids, max_tokens) for t in step]
+        # The server's detokenizer, so that the texts compare exactly.
+        detokenizer = IncrementalDetokenizer(self.tokenizer, prompt_ids)
+        return detokenizer.add(tokens) + detokenizer.flush()
 
     async def close(self) -> None:
         await asyncio.to_thread(self._engine.close)
@@ -418,16 +401,16 @@ async def _engine_request(engine: _DirectEngine, text: str, args: argparse.Names
     sample = _Sample()
     started = time.perf_counter()
     last: float | None = None
-    stream = engine.generate(text, args.max_tokens)
+    stream = engine.generate(engine.tokenizer.encode(text), args.max_tokens)
     async with contextlib.aclosing(stream):
-        async for tokens in stream:
+        async for step in stream:
             now = time.perf_counter()
             if last is None:
                 sample.first_token_s = now - started
             else:
                 sample.gaps_s.append(now - last)
             last = now
-            sample.tokens += tokens
+            sample.tokens += len(step)
     return sample
 
 
