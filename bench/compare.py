@@ -1,7 +1,8 @@
 """zeroserve side by side with the engine alone, MLServer and KServe: one run, one machine.
 
 On the same generated model (the light MLP, 256->1024->1024->1024->10, batch-1 requests) and
-the same load (``zeroserve bench``, closed loop, JSON, at each concurrency), it measures:
+the same load (closed loop, JSON, at each concurrency; ``wrk`` where it is installed, else
+``zeroserve bench``: ``--client``), it measures:
 
 * the **engine alone**: ONNX Runtime's ``session.run`` in this process at batch 1 and 32,
   with the session options every server below uses (``bench/engine.py``);
@@ -60,6 +61,7 @@ from bench.comparison.contenders import (
     link_model,
 )
 from bench.comparison.venvs import PeerEnv, ensure_envs, peer_packages
+from bench.loadgen import Target, WrkLoad
 from bench.server import REPO_ROOT, request
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
@@ -107,6 +109,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.001,
         help="MLServer max_batch_time, seconds (must be > 0 for adaptive batching)",
     )
+    parser.add_argument(
+        "--client",
+        choices=["auto", "wrk", "zeroserve-bench"],
+        default="auto",
+        help="load generator for every server: wrk (one thread, one pre-built JSON body; "
+        "auto picks it where it is installed) or zeroserve bench (random inputs per request, "
+        "several times wrk's CPU per request)",
+    )
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
     parser.add_argument("--no-save", action="store_true", help="print only; write no files")
@@ -127,6 +137,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     unknown = set(args.peer_list) - set(ALL_PEERS)
     if unknown:
         parser.error(f"unknown peers {sorted(unknown)}; choose from {ALL_PEERS}")
+    if args.client == "auto":
+        args.client = "wrk" if WrkLoad.is_available() else "zeroserve-bench"
+    elif args.client == "wrk" and not WrkLoad.is_available():
+        parser.error("--client wrk: wrk not found (apt-get install -y wrk)")
     args.concurrency_list = [int(x) for x in _names(args.concurrency)]
     args.batch_list = [int(x) for x in _names(args.engine_batches)]
     if results.REFERENCE_BATCH not in args.batch_list:
@@ -400,6 +414,10 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
     )
     groups = [results.ENGINE, *(c.key for c in setup.contenders)]
     by_key = {c.key: c for c in setup.contenders}
+    wrk = (
+        WrkLoad(setup.workdir, timeout_s=int(settings.timeout_s)) if args.client == "wrk" else None
+    )
+    body = models.request_body(SERVED_MODEL, rows[:1], "json")
     for repeat in range(args.repeats):
         order = groups if repeat % 2 == 0 else groups[::-1]
         for key in order:
@@ -408,6 +426,15 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
             for entry in points:
                 if entry.is_engine:
                     record = measure.engine_point(setup.engine, rows[: entry.size], settings)
+                elif wrk is not None:
+                    record = measure.wrk_point(
+                        wrk,
+                        _infer_target(by_key[key]),
+                        body,
+                        entry.size,
+                        settings,
+                        by_key[key].pid,
+                    )
                 else:
                     contender = by_key[key]
                     record = measure.served_point(
@@ -429,6 +456,11 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
                     flush=True,
                 )
     return entries
+
+
+def _infer_target(contender: Contender) -> Target:
+    host, port = contender.url.removeprefix("http://").rsplit(":", 1)
+    return Target(host, int(port), f"/v2/models/{SERVED_MODEL.name}/infer")
 
 
 def _gpu_extras(args: argparse.Namespace, setup: _Setup) -> dict[str, Any]:
@@ -550,13 +582,23 @@ def _document(
     started: float,
     started_utc: datetime,
 ) -> dict[str, Any]:
-    load_example = measure.bench_command(
-        "<server url>",
-        SERVED_MODEL.name,
-        max(args.concurrency_list),
-        measure.LoadSettings(args.duration, args.warmup),
-        Path("<out.json>"),
-    )
+    load_example: list[str] | str
+    if args.client == "wrk":
+        load_example = (
+            f"wrk -t1 -c<concurrency> -d<seconds>s -s <script posting one JSON body> "
+            f"http://<server>/v2/models/{SERVED_MODEL.name}/infer (an untimed run of "
+            f"{args.warmup:g} s first)"
+        )
+        request_text = "batch 1, JSON (MLServer has no binary tensor extension), one random input"
+    else:
+        load_example = measure.bench_command(
+            "<server url>",
+            SERVED_MODEL.name,
+            max(args.concurrency_list),
+            measure.LoadSettings(args.duration, args.warmup),
+            Path("<out.json>"),
+        )
+        request_text = "batch 1, JSON (MLServer has no binary tensor extension), random inputs"
     others = [r.get("other_cpu_cores") for e in entries for r in e.repeats]
     noise = [float(v) for v in others if v is not None]
     return {
@@ -569,11 +611,12 @@ def _document(
         "gpu": setup.gpu_info.__dict__ if setup.gpu_info is not None else None,
         "caveat": CAVEAT,
         "mean_other_cpu_cores": statistics.mean(noise) if noise else None,
-        "machine": machine.describe(REPO_ROOT, load_generator="zeroserve bench"),
+        "machine": machine.describe(REPO_ROOT, load_generator=args.client),
+        "client": args.client,
         "settings": {
             "model": SERVED_MODEL.name,
             "model_widths": list(SERVED_MODEL.widths),
-            "request": "batch 1, JSON (MLServer has no binary tensor extension), random inputs",
+            "request": request_text,
             "duration_s": args.duration,
             "warmup_s": args.warmup,
             "repeats": args.repeats,

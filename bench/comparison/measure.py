@@ -1,11 +1,14 @@
-"""One measured point: ``zeroserve bench`` against a server, or the engine alone.
+"""One measured point: a load generator against a server, or the engine alone.
 
-The load generator is the same for every server: ``zeroserve bench`` as a subprocess
-(closed loop, batch-1 JSON requests, random inputs from the model's metadata), its results
-read from its ``--json`` output. Around it the server's whole process tree's CPU is read
-from ``/proc``, so that a server with worker processes (MLServer's default) is charged for
-them; the server's CPU per request is that CPU over the load's seconds (warm-up and timed
-window, both under the same load) divided by the window's throughput.
+The load generator is the same for every server in a run: ``wrk`` (one thread, one
+pre-built batch-1 JSON body, closed loop; :func:`wrk_point`) where it is installed, else
+``zeroserve bench`` as a subprocess (closed loop, batch-1 JSON requests, random inputs from
+the model's metadata; :func:`served_point`). wrk costs a fraction of the Python client's CPU
+per request, which on 2 cores is CPU left to the server under test, and at low concurrency
+its own share of each round trip is small enough that latency is the server's. Around the
+load the server's whole process tree's CPU is read from ``/proc``, so that a server with
+worker processes (MLServer's default) is charged for them; the server's CPU per request is
+that CPU over the loaded seconds divided by the throughput.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from bench.engine import Engine
+from bench.loadgen import LoadResult, Target, WrkLoad
 from bench.machine import busy_cpu_seconds
+from bench.models import RequestBody
 from bench.server import REPO_ROOT, process_tree_cpu_seconds
 
 
@@ -109,6 +114,59 @@ def served_point(
         "client_cpu_cores": client_cores,
         # The rest of the machine over the whole subprocess (its start included): noise.
         "other_cpu_cores": max(busy - cpu - client_cores * loaded_s, 0.0) / wall,
+    }
+
+
+def wrk_point(
+    wrk: WrkLoad,
+    target: Target,
+    body: RequestBody,
+    concurrency: int,
+    settings: LoadSettings,
+    server_pid: int,
+) -> dict[str, Any]:
+    """One point of wrk load: an untimed warm-up run, then the timed run with the server's
+    CPU read around it; its figures, or ``{"failed": why}`` with zero throughput."""
+    try:
+        if settings.warmup_s > 0:
+            wrk.run(
+                target, body, connections=concurrency, duration_s=_whole_seconds(settings.warmup_s)
+            )
+        cpu, busy = process_tree_cpu_seconds(server_pid), busy_cpu_seconds()
+        wall = time.monotonic()
+        result = wrk.run(
+            target, body, connections=concurrency, duration_s=_whole_seconds(settings.duration_s)
+        )
+        wall = time.monotonic() - wall
+        cpu, busy = process_tree_cpu_seconds(server_pid) - cpu, busy_cpu_seconds() - busy
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return _failed(
+            str(exc)[-500:], wrk.command(target, body, connections=concurrency, duration_s=1)
+        )
+    return _record(result, cpu / wall, max(busy - cpu - result.client_cpu_cores * wall, 0.0) / wall)
+
+
+def _whole_seconds(seconds: float) -> int:
+    """wrk takes whole seconds."""
+    return max(round(seconds), 1)
+
+
+def _record(result: LoadResult, server_cores: float, other_cores: float) -> dict[str, Any]:
+    throughput = result.throughput
+    errors = {kind: count for kind, count in result.errors.items() if count}
+    return {
+        "throughput": throughput,
+        "p50_ms": result.p50_ms,
+        "p90_ms": result.p90_ms,
+        "p99_ms": result.p99_ms,
+        "ok": result.requests,
+        "errors": errors,
+        "error_count": result.error_count,
+        "error_samples": [],
+        "server_cpu_cores": server_cores,
+        "server_cpu_ms_per_request": server_cores / throughput * 1e3 if throughput else None,
+        "client_cpu_cores": result.client_cpu_cores,
+        "other_cpu_cores": other_cores,
     }
 
 
