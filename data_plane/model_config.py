@@ -42,6 +42,8 @@ _INT64_PATHS: Final[tuple[tuple[str, ...], ...]] = (
 
 _ENUM_VALUE = re.compile(r'("(?:data_type|kind|timeout_action|format|priority)"\s*:\s*")([^"]*)"')
 
+ONNX_BACKEND: Final = "onnxruntime"
+ONNX_PLATFORM: Final = "onnxruntime_onnx"
 MODEL_NAME_MAX_LENGTH: Final = 255
 
 
@@ -152,9 +154,16 @@ def _normalize_instance_groups(config: ModelConfig, *, gpu_count: int) -> None:
     if group.count < 0:
         raise ConfigError(f"instance group count must be positive for {config.name}")
     if group.count == 0:
-        group.count = 1
+        group.count = _default_instance_count(config, group)
     if not group.name:
         group.name = f"{config.name}_0"
+
+
+def _default_instance_count(config: ModelConfig, group: ModelInstanceGroup) -> int:
+    # Triton's default: ONNX Runtime models on CPU get two instances, so that one batch can
+    # be formed and dispatched while the other executes; every other case gets one.
+    is_onnx = config.backend == ONNX_BACKEND or config.platform == ONNX_PLATFORM
+    return 2 if is_onnx and group.kind == ModelInstanceGroup.KIND_CPU else 1
 
 
 def _normalize_dynamic_batching(config: ModelConfig) -> None:

@@ -78,6 +78,25 @@ def test_normalize_fills_triton_defaults():
     assert (group.name, group.count, group.kind) == ("m_0", 1, ModelInstanceGroup.KIND_CPU)
 
 
+@pytest.mark.parametrize(
+    ("text", "gpu_count", "count"),
+    [
+        pytest.param('backend: "onnxruntime"', 0, 2, id="onnx-cpu"),
+        pytest.param('platform: "onnxruntime_onnx"', 0, 2, id="onnx-platform-cpu"),
+        pytest.param('backend: "onnxruntime" instance_group [{ count: 1 }]', 0, 1, id="onnx-set"),
+        pytest.param('backend: "onnxruntime"', 1, 1, id="onnx-gpu"),
+        pytest.param('backend: "pytorch"', 0, 1, id="pytorch-cpu"),
+        pytest.param('backend: "python"', 0, 1, id="python-cpu"),
+    ],
+)
+def test_default_instance_count_is_tritons(text, gpu_count, count):
+    # Triton gives ONNX Runtime (and TensorFlow) models on CPU two instances when the
+    # configuration leaves the count out, every other model one.
+    config = model_config.parse_pbtxt(text)
+    model_config.normalize(config, name="m", gpu_count=gpu_count)
+    assert config.instance_group[0].count == count
+
+
 def test_normalize_picks_gpu_for_auto_kind_when_there_is_one():
     config = ModelConfig()
     model_config.normalize(config, name="m", gpu_count=1)
