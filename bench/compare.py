@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     document = _document(args, setup, entries, cold, commands, titles, started, started_utc)
     document["gpu_extras"] = gpu_extra
     print()
-    print(results.text_table(entries, args.concurrency_list, args.repeats))
+    print(results.text_table(entries, args.concurrency_list, args.repeats, args.client))
     summary = document["summary"]
     for c, margin in summary["zeroserve_vs_best_peer"].items():
         print(
@@ -409,7 +409,8 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
     per_point = args.duration + args.warmup + 1.0
     print(
         f"{len(entries)} points x {args.repeats} repeats x ~{per_point:.0f} s = "
-        f"~{len(entries) * args.repeats * per_point / 60:.1f} min",
+        f"~{len(entries) * args.repeats * per_point / 60:.1f} min; load: "
+        f"{results.LOADS[args.client]}",
         flush=True,
     )
     groups = [results.ENGINE, *(c.key for c in setup.contenders)]
@@ -561,7 +562,9 @@ def _replot(path: Path) -> int:
     ]
     titles = {key: value["title"] for key, value in document["contenders"].items()}
     settings = document["settings"]
-    print(results.text_table(entries, settings["concurrency"], settings["repeats"]))
+    # Runs saved before --client existed were all driven by zeroserve bench.
+    client = document.get("client", "zeroserve-bench")
+    print(results.text_table(entries, settings["concurrency"], settings["repeats"], client))
     if document.get("cold_load"):
         print()
         print(results.cold_load_table(document["cold_load"], titles))

@@ -101,7 +101,16 @@ def summary(entries: Sequence[Entry], concurrencies: Sequence[int]) -> dict[str,
     return {"engine_b32_rows_per_s": reference, "servers": table, "zeroserve_vs_best_peer": margins}
 
 
-def text_table(entries: Sequence[Entry], concurrencies: Sequence[int], repeats: int) -> str:
+LOADS: Final = {
+    "wrk": "wrk (one thread, one pre-built batch-1 JSON body, closed loop)",
+    "zeroserve-bench": "zeroserve bench (batch-1 JSON requests, random inputs, closed loop)",
+}
+"""What drove the servers, by ``--client`` name."""
+
+
+def text_table(
+    entries: Sequence[Entry], concurrencies: Sequence[int], repeats: int, client: str
+) -> str:
     """The terminal table: one row per server and concurrency, the engine alone first."""
     reference = engine_reference(entries)
     header = (
@@ -130,6 +139,7 @@ def text_table(entries: Sequence[Entry], concurrencies: Sequence[int], repeats: 
             lines.append(f"{'':<22}  failed: {why.splitlines()[-1] if why else why}")
     lines += [
         "",
+        f"Load: {LOADS.get(client, client)}. "
         f"Medians of {repeats} repeat(s), servers alternated within each repeat. infer/s: "
         "batch-1 requests answered per second (engine: rows/s at batch b); /eng b32: over the "
         "engine alone at batch 32; srv ms/req: the server's process tree CPU per request; "

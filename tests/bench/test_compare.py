@@ -49,6 +49,7 @@ def test_quick_compare_writes_results_and_plot(tmp_path, client):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "MLServer and KServe are skipped" in done.stderr
+    assert ("Load: wrk" if client == "wrk" else "Load: zeroserve bench") in done.stdout
     [document_path] = results.glob("*-ci-compare-quick.json")
     assert document_path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
     document = json.loads(document_path.read_text())
@@ -70,3 +71,12 @@ def test_quick_compare_writes_results_and_plot(tmp_path, client):
     assert set(cold) == {"engine", "zeroserve"}
     assert all(not r.get("failed") and r["load_s"] > 0 for runs in cold.values() for r in runs)
     assert document["caveat"]
+    replot = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "compare.py"), "--replot", str(document_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert replot.returncode == 0, replot.stderr[-3000:]
+    assert "zeroserve" in replot.stdout and "Load: " in replot.stdout
