@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from bench.server import ServerProcess, free_port, request
+from bench.server import ServerProcess, children_by_parent, free_port, request
 
 _POLL_S: Final = 0.05
 _WAIT_TIMEOUT_S: Final = 120.0
@@ -226,14 +226,4 @@ def is_alive(pid: int) -> bool:
 
 
 def _children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = (entry / "stat").read_text(encoding="ascii", errors="replace")
-        except OSError:
-            continue
-        if text.rsplit(")", 1)[1].split()[1] == str(pid):
-            found.add(int(entry.name))
-    return found
+    return set(children_by_parent().get(pid, ()))

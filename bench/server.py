@@ -172,9 +172,9 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def process_tree_cpu_seconds(root: int) -> float:
-    """CPU seconds used so far by ``root`` and its live descendants (a worker and its engine
-    process, a server and its workers; exited ones are lost, so measure while they live)."""
+def children_by_parent() -> dict[int, list[int]]:
+    """Every live process's pid under its parent's, from one scan of ``/proc`` (no
+    CONFIG_PROC_CHILDREN needed)."""
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -185,6 +185,13 @@ def process_tree_cpu_seconds(root: int) -> float:
             continue
         ppid = int(text.rsplit(")", 1)[1].split()[1])
         parents.setdefault(ppid, []).append(int(entry.name))
+    return parents
+
+
+def process_tree_cpu_seconds(root: int) -> float:
+    """CPU seconds used so far by ``root`` and its live descendants (a worker and its engine
+    process, a server and its workers; exited ones are lost, so measure while they live)."""
+    parents = children_by_parent()
     total, stack = 0.0, [root]
     while stack:
         pid = stack.pop()

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from bench.server import process_cpu_seconds, process_tree_cpu_seconds
+from bench.server import children_by_parent, process_cpu_seconds, process_tree_cpu_seconds
 
 _BURN = (
     "import sys, time\n"
@@ -29,5 +29,6 @@ def test_a_busy_child_counts_in_the_tree_and_not_alone() -> None:
             # Clock ticks are 10 ms; the child burnt 300 ms the parent alone never sees.
             assert tree - own >= 0.25
             assert process_tree_cpu_seconds(child.pid) >= 0.25
+            assert child.pid in children_by_parent()[os.getpid()]
         finally:
             child.kill()
