@@ -42,8 +42,6 @@ _INT64_PATHS: Final[tuple[tuple[str, ...], ...]] = (
 
 _ENUM_VALUE = re.compile(r'("(?:data_type|kind|timeout_action|format|priority)"\s*:\s*")([^"]*)"')
 
-ONNX_BACKEND: Final = "onnxruntime"
-ONNX_PLATFORM: Final = "onnxruntime_onnx"
 MODEL_NAME_MAX_LENGTH: Final = 255
 
 
@@ -99,12 +97,15 @@ def validate_model_name(name: str) -> None:
         )
 
 
-def normalize(config: ModelConfig, *, name: str, gpu_count: int) -> None:
+def normalize(
+    config: ModelConfig, *, name: str, gpu_count: int, default_cpu_instances: int = 1
+) -> None:
     """Validate ``config`` and fill Triton's defaults in place.
 
     After this, ``name`` is set, ``version_policy`` is explicit, there is exactly one
     instance group with a concrete kind and count, and dynamic batching has its preferred
-    sizes. ``gpu_count`` decides what KIND_AUTO means.
+    sizes. ``gpu_count`` decides what KIND_AUTO means; ``default_cpu_instances`` is the
+    count of a KIND_CPU group that leaves it out (the runtime's; one per GPU otherwise).
     """
     if config.name and config.name != name:
         raise ConfigError(
@@ -121,13 +122,17 @@ def normalize(config: ModelConfig, *, name: str, gpu_count: int) -> None:
         config.version_policy.latest.num_versions = 1
     elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
         config.version_policy.latest.num_versions = 1
-    _normalize_instance_groups(config, gpu_count=gpu_count)
+    _normalize_instance_groups(
+        config, gpu_count=gpu_count, default_cpu_instances=default_cpu_instances
+    )
     if config.HasField("dynamic_batching"):
         _normalize_dynamic_batching(config)
     _check_tensors(config)
 
 
-def _normalize_instance_groups(config: ModelConfig, *, gpu_count: int) -> None:
+def _normalize_instance_groups(
+    config: ModelConfig, *, gpu_count: int, default_cpu_instances: int
+) -> None:
     if not config.instance_group:
         config.instance_group.add()
     if len(config.instance_group) > 1:
@@ -154,16 +159,10 @@ def _normalize_instance_groups(config: ModelConfig, *, gpu_count: int) -> None:
     if group.count < 0:
         raise ConfigError(f"instance group count must be positive for {config.name}")
     if group.count == 0:
-        group.count = _default_instance_count(config, group)
+        is_cpu = group.kind == ModelInstanceGroup.KIND_CPU
+        group.count = default_cpu_instances if is_cpu else 1
     if not group.name:
         group.name = f"{config.name}_0"
-
-
-def _default_instance_count(config: ModelConfig, group: ModelInstanceGroup) -> int:
-    # Triton's default: ONNX Runtime models on CPU get two instances, so that one batch can
-    # be formed and dispatched while the other executes; every other case gets one.
-    is_onnx = config.backend == ONNX_BACKEND or config.platform == ONNX_PLATFORM
-    return 2 if is_onnx and group.kind == ModelInstanceGroup.KIND_CPU else 1
 
 
 def _normalize_dynamic_batching(config: ModelConfig) -> None:

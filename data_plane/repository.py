@@ -439,7 +439,12 @@ class ModelRepository:
             if not config.backend and not config.platform:
                 config.backend = runtime_class.kind
             runtime_class.complete_config(newest, config)
-            model_config.normalize(config, name=name, gpu_count=self._settings.gpu_count)
+            model_config.normalize(
+                config,
+                name=name,
+                gpu_count=self._settings.gpu_count,
+                default_cpu_instances=runtime_class.default_cpu_instances,
+            )
             versions = model_config.versions_to_load(model_dir, config)
             labels = {
                 t.name: _read_labels(model_dir, t.label_filename)

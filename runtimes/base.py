@@ -71,6 +71,9 @@ class ModelRuntime(abc.ABC):
     """The config ``backend`` this runtime serves (``onnxruntime``, ``pytorch``, ``python``)."""
     model_filename: ClassVar[str]
     """The default file name inside a version folder (``model.onnx``, ...)."""
+    default_cpu_instances: ClassVar[int] = 1
+    """Instances of a ``KIND_CPU`` group whose configuration leaves the count out (Triton's
+    backends opt into more one by one)."""
     capabilities: ClassVar[RuntimeCapabilities] = RuntimeCapabilities()
 
     def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:

@@ -141,6 +141,9 @@ class OnnxRuntime(ExecutorRuntime):
     kind = "onnxruntime"
     engine_label = "ONNX"
     model_filename = "model.onnx"
+    # Triton's default for its ONNX Runtime backend on CPU: one batch is formed and
+    # dispatched while the other executes.
+    default_cpu_instances = 2
 
     def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:
         super().__init__(name=name, version=version, options=options)

@@ -7,6 +7,7 @@ import pytest
 from data_plane import model_config
 from data_plane.model_config import ConfigError
 from data_plane.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelQueuePolicy
+from runtimes.registry import runtime_class_for
 
 FULL_PBTXT = """
 # a Triton config as users write it
@@ -92,8 +93,13 @@ def test_normalize_fills_triton_defaults():
 def test_default_instance_count_is_tritons(text, gpu_count, count):
     # Triton gives ONNX Runtime (and TensorFlow) models on CPU two instances when the
     # configuration leaves the count out, every other model one.
+    # The repository's order: the runtime from the configuration, then normalize with its
+    # default.
     config = model_config.parse_pbtxt(text)
-    model_config.normalize(config, name="m", gpu_count=gpu_count)
+    runtime = runtime_class_for(config, None)
+    model_config.normalize(
+        config, name="m", gpu_count=gpu_count, default_cpu_instances=runtime.default_cpu_instances
+    )
     assert config.instance_group[0].count == count
 
 

@@ -35,6 +35,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_onnx_identity(root, "strings", datatype="BYTES", dims=(-1,), max_batch_size=8)
     write_onnx_identity(root, "halfs", datatype="FP16", dims=(-1,), max_batch_size=8)
     write_python_model(root, "pydouble")
+    write_onnx_mlp(root, "autoconfig", sizes=(4, 8, 2), config=False)
     return root
 
 
@@ -84,6 +85,12 @@ def test_model_metadata_config_and_ready(client: httpx.Client):
     assert config["instance_group"][0]["kind"] == "KIND_CPU"
     assert client.get("/v2/models/mlp/ready").status_code == 200
     assert client.get("/v2/models/mlp/versions/1/ready").status_code == 200
+
+
+def test_an_onnx_model_without_config_gets_tritons_instance_count(client: httpx.Client):
+    # No config.pbtxt: the ONNX Runtime backend's default on CPU, two instances, as Triton.
+    group = client.get("/v2/models/autoconfig/config").json()["instance_group"][0]
+    assert (group["kind"], group["count"]) == ("KIND_CPU", 2)
 
 
 def test_infer_json_matches_the_engine_alone(client: httpx.Client, repo: Path):
