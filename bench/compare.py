@@ -361,9 +361,8 @@ def _verify(setup: _Setup) -> None:
     expected = setup.engine.run(row)
     body = models.request_body(SERVED_MODEL, row, "json")
     for contender in list(setup.contenders):
-        port = int(contender.url.rsplit(":", 1)[1])
         try:
-            served = _served_output(port, body)
+            served = _served_output(_infer_target(contender).port, body)
         except Exception as exc:
             served = None
             why = f"check request failed: {exc}"

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.engine import Engine
-from bench.loadgen import LoadResult, Target, WrkLoad
+from bench.loadgen import Target, WrkLoad
 from bench.machine import busy_cpu_seconds
 from bench.models import RequestBody
 from bench.server import REPO_ROOT, process_tree_cpu_seconds
@@ -96,25 +96,20 @@ def served_point(
     level = json.loads(json_out.read_text(encoding="utf-8"))["levels"][0]
     json_out.unlink()
     loaded_s = settings.duration_s + settings.warmup_s
-    server_cores = cpu / loaded_s
     client_cores = float(level["client_cpu_cores"] or 0.0)
-    throughput = float(level["throughput"])
     latency = level["latency"]
-    return {
-        "throughput": throughput,
-        "p50_ms": latency["p50_ms"],
-        "p90_ms": latency["p90_ms"],
-        "p99_ms": latency["p99_ms"],
-        "ok": level["ok"],
-        "errors": level["errors"],
-        "error_count": level["error_count"],
-        "error_samples": level["error_samples"],
-        "server_cpu_cores": server_cores,
-        "server_cpu_ms_per_request": server_cores / throughput * 1e3 if throughput else None,
-        "client_cpu_cores": client_cores,
+    return _record(
+        throughput=float(level["throughput"]),
+        latency_ms=(latency["p50_ms"], latency["p90_ms"], latency["p99_ms"]),
+        ok=level["ok"],
+        errors=level["errors"],
+        error_count=level["error_count"],
+        error_samples=level["error_samples"],
+        server_cores=cpu / loaded_s,
+        client_cores=client_cores,
         # The rest of the machine over the whole subprocess (its start included): noise.
-        "other_cpu_cores": max(busy - cpu - client_cores * loaded_s, 0.0) / wall,
-    }
+        other_cores=max(busy - cpu - client_cores * loaded_s, 0.0) / wall,
+    )
 
 
 def wrk_point(
@@ -143,7 +138,17 @@ def wrk_point(
         return _failed(
             str(exc)[-500:], wrk.command(target, body, connections=concurrency, duration_s=1)
         )
-    return _record(result, cpu / wall, max(busy - cpu - result.client_cpu_cores * wall, 0.0) / wall)
+    return _record(
+        throughput=result.throughput,
+        latency_ms=(result.p50_ms, result.p90_ms, result.p99_ms),
+        ok=result.requests,
+        errors={kind: count for kind, count in result.errors.items() if count},
+        error_count=result.error_count,
+        error_samples=[],
+        server_cores=cpu / wall,
+        client_cores=result.client_cpu_cores,
+        other_cores=max(busy - cpu - result.client_cpu_cores * wall, 0.0) / wall,
+    )
 
 
 def _whole_seconds(seconds: float) -> int:
@@ -151,21 +156,32 @@ def _whole_seconds(seconds: float) -> int:
     return max(round(seconds), 1)
 
 
-def _record(result: LoadResult, server_cores: float, other_cores: float) -> dict[str, Any]:
-    throughput = result.throughput
-    errors = {kind: count for kind, count in result.errors.items() if count}
+def _record(
+    *,
+    throughput: float,
+    latency_ms: tuple[float, float, float],
+    ok: int,
+    errors: dict[str, int],
+    error_count: int,
+    error_samples: list[Any],
+    server_cores: float,
+    client_cores: float,
+    other_cores: float,
+) -> dict[str, Any]:
+    """One served point's figures, whichever load generator measured them."""
+    p50, p90, p99 = latency_ms
     return {
         "throughput": throughput,
-        "p50_ms": result.p50_ms,
-        "p90_ms": result.p90_ms,
-        "p99_ms": result.p99_ms,
-        "ok": result.requests,
+        "p50_ms": p50,
+        "p90_ms": p90,
+        "p99_ms": p99,
+        "ok": ok,
         "errors": errors,
-        "error_count": result.error_count,
-        "error_samples": [],
+        "error_count": error_count,
+        "error_samples": error_samples,
         "server_cpu_cores": server_cores,
         "server_cpu_ms_per_request": server_cores / throughput * 1e3 if throughput else None,
-        "client_cpu_cores": result.client_cpu_cores,
+        "client_cpu_cores": client_cores,
         "other_cpu_cores": other_cores,
     }
 
