@@ -10,12 +10,18 @@ run uses where wrk is installed; skipped visibly where it is not) and ``zeroserv
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench.comparison import measure
+from bench.loadgen import Target, WrkLoad
+from bench.models import MODELS, request_body, sample_rows
+from bench.server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -80,3 +86,20 @@ def test_quick_compare_writes_results_and_plot(tmp_path, client):
     )
     assert replot.returncode == 0, replot.stderr[-3000:]
     assert "zeroserve" in replot.stdout and "Load: " in replot.stdout
+
+
+def test_a_server_that_refuses_connections_is_a_failed_point(tmp_path):
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk not installed (apt-get install -y wrk)")
+    spec = MODELS["light"]
+    point = measure.wrk_point(
+        WrkLoad(tmp_path, timeout_s=2),
+        Target("127.0.0.1", free_port(), f"/v2/models/{spec.name}/infer"),
+        request_body(spec, sample_rows(spec, 1), "json"),
+        2,
+        measure.LoadSettings(duration_s=1, warmup_s=0),
+        os.getpid(),
+    )
+    assert point["throughput"] == 0.0
+    assert "Connection refused" in point["failed"]
+    assert point["command"][0] == "wrk"
