@@ -4,6 +4,7 @@
     ├── InvalidInputError             the request cannot be routed (no model in an OpenAI body)
     │   └── RequestTooLargeError      the body exceeds ``max_request_bytes``
     ├── ModelNotFoundError            no model of this name is registered
+    ├── ClientClosedError             the client left before its request was read
     ├── TooManyRequestsError          try again later, somewhere else
     │   └── BufferFullError           the model's buffer holds ``buffer_max_requests``
     ├── UnavailableError              try again later
@@ -48,6 +49,15 @@ class ModelNotFoundError(ZeroserveError):
     def __init__(self, *, model: str) -> None:
         super().__init__(f"model '{model}' is not registered")
         self.model = model
+
+
+class ClientClosedError(ZeroserveError):
+    """The client closed the connection before its request body was read: no server fault,
+    and nobody will read the answer (nginx's 499 "client closed request")."""
+
+    def __init__(self, *, path: str) -> None:
+        super().__init__(f"the client closed the connection before sending all of {path}")
+        self.path = path
 
 
 class TooManyRequestsError(ZeroserveError):

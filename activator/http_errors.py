@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from activator.errors import (
+    ClientClosedError,
     InvalidInputError,
     ModelNotFoundError,
     RequestTooLargeError,
@@ -26,7 +27,11 @@ from zeroserve.http import (
 
 logger = logging.getLogger(__name__)
 
+CLIENT_CLOSED = 499
+"""nginx's "client closed request": not a server error (no 5xx alert), and never read."""
+
 _STATUS: dict[type[BaseException], int] = {
+    ClientClosedError: CLIENT_CLOSED,
     RequestTooLargeError: 413,
     InvalidInputError: 400,
     ModelNotFoundError: 404,

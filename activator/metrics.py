@@ -75,7 +75,8 @@ class ActivatorMetrics:
         every request otherwise. Bounded by registered models times status codes."""
         self.requests = Counter(
             "zeroserve_activator_requests_total",
-            "Model requests answered by the activator, by model and HTTP status code",
+            "Model requests answered by the activator, by model and HTTP status code "
+            "(499: the client closed the connection before its answer, not a server error)",
             ["model", "code"],
             registry=registry,
         )

@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from activator.buffer import Buffer, Grant
 from activator.errors import UpstreamBusyError, UpstreamError, UpstreamTimeoutError
+from activator.http_errors import CLIENT_CLOSED
 from activator.lb import Replica
 from activator.placements import PlacementView, ReplicaTable
 from activator.traffic import Traffic
@@ -117,7 +118,7 @@ class Proxy:
             raise
         if response is None:
             self._traffic.end(model)
-            return Response(status_code=499)
+            return Response(status_code=CLIENT_CLOSED)
         return response
 
     async def _dispatch(

@@ -11,11 +11,12 @@ from importlib.metadata import PackageNotFoundError, version
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from activator.errors import (
+    ClientClosedError,
     InvalidInputError,
     ModelNotFoundError,
     RequestTooLargeError,
@@ -137,17 +138,25 @@ async def _require(catalog: ModelCatalog, name: str) -> None:
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
-    """The whole body (kept to retry on another replica), refusing one over ``max_bytes``."""
+    """The whole body (kept to retry on another replica), refusing one over ``max_bytes``.
+
+    Raises:
+        RequestTooLargeError: the body is over ``max_bytes``.
+        ClientClosedError: the client disconnected before the body's end.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise RequestTooLargeError(size=int(declared), limit=max_bytes)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise RequestTooLargeError(size=size, limit=max_bytes)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise RequestTooLargeError(size=size, limit=max_bytes)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientClosedError(path=request.url.path) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

@@ -10,6 +10,7 @@ from activator.errors import (
     ActivationFailedError,
     ActivationTimeoutError,
     BufferFullError,
+    ClientClosedError,
     InvalidInputError,
     ModelNotFoundError,
     RequestTooLargeError,
@@ -37,6 +38,13 @@ from activator.errors import (
         ),
         pytest.param(
             ModelNotFoundError(model="m"), 404, None, "model 'm' is not registered", id="not-found"
+        ),
+        pytest.param(
+            ClientClosedError(path="/v2/models/m/infer"),
+            499,
+            None,
+            "the client closed the connection before sending all of /v2/models/m/infer",
+            id="client-closed",
         ),
         pytest.param(
             TooManyRequestsError("slow down", retry_after_s=2), 429, "2", "slow down", id="429"

@@ -4,6 +4,7 @@ and the buffer's depth, read in process through the app's public routes."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import pytest
@@ -14,6 +15,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import Message
 
 from activator.app import create_app
 from activator.metrics import ActivatorMetrics, RequestMetricsMiddleware, mark_model
@@ -145,3 +147,61 @@ async def test_the_middleware_tells_the_observer_of_marked_requests_only() -> No
         )
         == 1
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "body_start"),
+    [
+        pytest.param("/v2/models/mlp/infer", b'{"inputs": [', id="v2-infer"),
+        pytest.param("/v1/completions", b'{"model": "mlp", "pro', id="openai"),
+    ],
+)
+async def test_a_client_that_leaves_mid_body_is_a_499_not_a_500(
+    path: str, body_start: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disconnect while the body is read is the client's doing: no 5xx in the metrics
+    (the error-rate alert reads them) and no traceback in the log."""
+    store = FakeStore()
+    store.register("mlp")
+    registry = CollectorRegistry()
+    activate = RecordingActivate()
+    app = create_app(_settings(), store, activate, "act-1", registry=registry)
+    messages: list[Message] = [
+        {"type": "http.request", "body": body_start, "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"1000")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+    }
+    async with app.router.lifespan_context(app) as state:
+        scope["state"] = dict(state or {})
+        await app(scope, receive, send)
+    assert sent[0]["status"] == 499
+    assert activate.calls == []  # nothing woke for a request nobody waits for
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    for code in ("500", "499"):
+        value = registry.get_sample_value(
+            "zeroserve_activator_requests_total", {"model": "mlp", "code": code}
+        )
+        # The V2 path knows its model before the body; the OpenAI path learns it from it.
+        expected = 1 if code == "499" and path.startswith("/v2") else None
+        assert value == expected
