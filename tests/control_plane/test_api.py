@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,13 @@ class Api:
 
 @pytest.fixture
 async def api() -> AsyncIterator[Api]:
+    async with running_api() as served:
+        yield served
+
+
+@contextlib.asynccontextmanager
+async def running_api() -> AsyncIterator[Api]:
+    """The admin API over the in-memory store, a fake backend and fake workers, in process."""
     settings = make_settings()
     store = MemoryStateStore()
     backend = FakeBackend()
@@ -63,13 +71,15 @@ async def api() -> AsyncIterator[Api]:
         acting=acting,
         allowed_storage=settings.allowed_storage,
     )
-    async with lifespan(app) as served:
-        transport = httpx.ASGITransport(app=served, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
-            yield Api(client, store, backend, workers, acting, registry)
-    await orchestrator.close()
-    await placer.close()
-    await store.close()
+    try:
+        async with lifespan(app) as served:
+            transport = httpx.ASGITransport(app=served, raise_app_exceptions=False)
+            async with httpx.AsyncClient(transport=transport, base_url="http://admin") as client:
+                yield Api(client, store, backend, workers, acting, registry)
+    finally:
+        await orchestrator.close()
+        await placer.close()
+        await store.close()
 
 
 def error_of(response: httpx.Response) -> str:
