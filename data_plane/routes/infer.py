@@ -18,7 +18,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from data_plane import inference
-from data_plane.compression import choose_response_encoding, decode_body, encode_body
+from data_plane.compression import choose_response_encoding, decode_body_off_loop, encode_body
 from data_plane.errors import ServerStoppingError, ZeroserveError
 from data_plane.http_errors import from_error
 from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
@@ -95,7 +95,7 @@ async def _handle(
     body = await read_asgi_body(receive, headers.get(b"content-length"), max_bytes)
     encoding = headers.get(b"content-encoding")
     if encoding is not None:
-        body = decode_body(body, encoding.decode("latin-1"), max_bytes=max_bytes)
+        body = await decode_body_off_loop(body, encoding.decode("latin-1"), max_bytes=max_bytes)
     header_length = headers.get(b"inference-header-content-length")
     request = decode_infer_request(
         body,

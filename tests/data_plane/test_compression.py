@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+import threading
 import tracemalloc
 import zlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 import tritonclient.http as triton_http
 from tritonclient.http._infer_result import InferResult
@@ -17,9 +21,12 @@ from data_plane import compression
 from data_plane.compression import choose_response_encoding, decode_body, encode_body
 from data_plane.errors import InvalidArgumentError, UnsupportedError, ZeroserveError
 from data_plane.protocol import OutputTensor, decode_infer_request, encode_infer_response
+from tests.data_plane.llm_app import llm_app
+from tests.models import write_onnx_add_sub
 
 PAYLOAD = b"zeroserve speaks Triton " * 200
 MIB = 2**20
+WAIT_S = 30.0
 
 
 def raw_deflate(data: bytes) -> bytes:
@@ -57,6 +64,33 @@ def test_identity_returns_the_body_itself(encoding: str | None) -> None:
 def test_concatenated_gzip_members() -> None:
     body = gzip.compress(b"first ") + gzip.compress(b"second")
     assert decode_body(body, "gzip", max_bytes=MIB) == b"first second"
+
+
+def test_members_across_input_slices_keep_their_order() -> None:
+    # Members of every size, straddling the slices the body is fed to zlib in.
+    rng = np.random.default_rng(7)
+    pieces = [rng.bytes(int(size)) for size in rng.integers(0, 3000, size=200)]
+    body = b"".join(gzip.compress(piece, mtime=0) for piece in pieces)
+    assert len(body) > 16 * 16 * 1024
+    assert decode_body(body, "gzip", max_bytes=64 * MIB) == b"".join(pieces)
+
+
+def test_the_member_limit_is_accepted() -> None:
+    pieces = [b"%d," % index for index in range(compression.MAX_GZIP_MEMBERS)]
+    body = b"".join(gzip.compress(piece, mtime=0) for piece in pieces)
+    assert decode_body(body, "gzip", max_bytes=MIB) == b"".join(pieces)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_body_of_many_tiny_members_is_refused(encoding: str) -> None:
+    # The probe's body: 4 MB of 200,000 empty members took the event loop 30 s to inflate.
+    body = gzip.compress(b"", mtime=0) * 200_000
+    with pytest.raises(InvalidArgumentError) as info:
+        decode_body(body, encoding, max_bytes=64 * MIB)
+    assert info.value.message == (
+        f"failed to decompress the request body ({encoding}): more than "
+        f"{compression.MAX_GZIP_MEMBERS} concatenated members"
+    )
 
 
 def test_exactly_the_limit_is_accepted() -> None:
@@ -201,4 +235,58 @@ def test_encode_body_refuses_unknown_encodings() -> None:
 
 
 def test_public_surface() -> None:
-    assert sorted(compression.__all__) == ["choose_response_encoding", "decode_body", "encode_body"]
+    assert sorted(compression.__all__) == [
+        "MAX_GZIP_MEMBERS",
+        "choose_response_encoding",
+        "decode_body",
+        "decode_body_off_loop",
+        "encode_body",
+    ]
+
+
+@pytest.mark.anyio
+async def test_inflating_leaves_the_event_loop_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compressed infer body is inflated on another thread: while it inflates (held here
+    until the health answer comes), the server answers other requests."""
+    write_onnx_add_sub(tmp_path / "repo", "addsub", dims=(4,))
+    started, released = threading.Event(), threading.Event()
+    real_inflate = compression._inflate
+    waited_in_vain: list[str] = []
+
+    def held_inflate(*args: Any) -> bytes:
+        started.set()
+        # On the event loop this wait would stall the health request it waits for.
+        if not released.wait(WAIT_S):
+            waited_in_vain.append(threading.current_thread().name)
+        return real_inflate(*args)
+
+    monkeypatch.setattr(compression, "_inflate", held_inflate)
+    request = {
+        "inputs": [
+            {"name": name, "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}
+            for name in ("INPUT0", "INPUT1")
+        ]
+    }
+    async with llm_app(tmp_path / "repo", tmp_path / "cache", models=("addsub",)) as served:
+        infer = asyncio.create_task(
+            served.client.post(
+                "/v2/models/addsub/infer",
+                content=gzip.compress(orjson.dumps(request)),
+                headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+            )
+        )
+        try:
+            assert await asyncio.to_thread(started.wait, WAIT_S)
+            health = await served.client.get("/v2/health/live")
+            released.set()
+            answer = await asyncio.wait_for(infer, WAIT_S)
+        finally:
+            released.set()
+            infer.cancel()
+    assert health.status_code == 200
+    assert waited_in_vain == []
+    assert answer.status_code == 200, answer.text
+    outputs = {output["name"]: output["data"] for output in answer.json()["outputs"]}
+    assert outputs == {"OUTPUT0": [2, 4, 6, 8], "OUTPUT1": [0, 0, 0, 0]}
