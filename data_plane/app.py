@@ -95,11 +95,13 @@ async def load_startup_models(settings: DataPlaneSettings, repo: ModelRepository
         names = await repo.model_names_on_disk()
     else:
         names = list(settings.load_models)
+    repo.require(names)
     for name in names:
         try:
             await repo.load(name)
         except ZeroserveError as exc:
-            # Like Triton with --exit-on-error=false: the server starts, not ready.
+            # Like Triton with --exit-on-error=false: the server starts, and strict
+            # readiness keeps it not ready until the model loads or is unloaded.
             logger.error("failed to load model %s at start: %s", name, exc.message)
 
 

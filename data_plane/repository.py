@@ -19,7 +19,7 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +156,8 @@ class ModelRepository:
         self._settings = settings
         self._cache = cache
         self._entries: dict[str, _Entry] = {}
+        self._required: set[str] = set()
+        """The start-up models readiness waits on (until each is unloaded on purpose)."""
         self._on_load = on_load
         self._on_unload = on_unload
         self._on_sleep = on_sleep
@@ -201,13 +203,24 @@ class ModelRepository:
             for version in sorted(entry.serving):
                 yield entry.serving[version]
 
+    def require(self, names: Iterable[str]) -> None:
+        """Make readiness wait on ``names``, the models the server was started with.
+
+        Triton's strict readiness: the server is ready once every start-up model serves.
+        """
+        self._required.update(names)
+
     def is_ready(self) -> bool:
-        """Triton's strict readiness: every version known is READY or was unloaded on purpose."""
-        for entry in self._entries.values():
-            for state, reason in entry.states.values():
-                # Asleep or unloaded on purpose: the server can still serve what it holds.
-                if state in (VersionState.READY, VersionState.SLEEPING) or reason == "unloaded":
-                    continue
+        """Whether the server can serve what it was started with: every start-up model has
+        a version serving (or asleep), or was unloaded on purpose since.
+
+        A failed or running load of any other model (an explicit load) does not count: the
+        server still serves everything else, and a readiness probe that failed on it would
+        take a healthy worker out of service.
+        """
+        for name in self._required:
+            entry = self._entries.get(name)
+            if entry is None or not (entry.serving or entry.sleeping):
                 return False
         return True
 
@@ -279,6 +292,8 @@ class ModelRepository:
 
     async def unload(self, name: str) -> None:
         """Take every version of ``name`` out of service, drain it, and free its engine."""
+        # Asked for, so readiness no longer waits on it (even when nothing of it is known).
+        self._required.discard(name)
         entry = self._entries.get(name)
         if entry is None:
             raise UnknownModelError(model=name)

@@ -12,9 +12,9 @@ roll every pod):
   wait for the pod to go; delete it outright if Knative has not removed it in time;
 - ``delete_pool``: delete the Service (its Revisions and pods go with it).
 
-A pod that was ready once stays a worker while it runs, even when its readiness drops:
-Triton's strict readiness, which ``/v2/health/ready`` follows, is false while any model
-loads. It is lost when it is deleted or terminating, when its runtime container restarts
+A pod that was ready once stays a worker while it runs, even when its readiness drops
+(``/v2/health/ready`` fails once the data plane begins to shut down, before it stops
+answering). It is lost when it is deleted or terminating, when its runtime container restarts
 (the new process holds no model, so it comes back as a new worker), or when it fails
 ``worker_health_failures`` liveness probes in a row (then the backend deletes it and the
 ReplicaSet replaces it). Lost workers are reported through ``WorkerLost``.

@@ -163,8 +163,8 @@ async def test_a_restarted_container_is_a_new_worker(kube: FakeKube):
         await eventually(lambda: [w.id for w in backend.list_workers()] == [f"{worker.id}-r1"])
 
 
-async def test_readiness_lost_during_a_load_keeps_the_worker(kube: FakeKube):
-    """``/v2/health/ready`` is false while a model loads (Triton's strict readiness)."""
+async def test_readiness_lost_while_running_keeps_the_worker(kube: FakeKube):
+    """``/v2/health/ready`` can fail while the pod runs (a shutdown begins)."""
     async with running(kube) as (backend, lost):
         worker = await backend.start_worker("default")
         kube.set_ready(worker.id, False)
