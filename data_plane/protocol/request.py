@@ -38,6 +38,8 @@ RAW_INPUT_NAME: Final = "raw_input"
 _HEADER: Final = "Inference-Header-Content-Length"
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INTEGER_RE: Final = re.compile(r"\s*[+-]?[0-9]+\s*")
+_MAX_DIMS: Final = 64  # numpy's NPY_MAXDIMS
+_MAX_SIZE: Final = 2**63 - 1  # the protocol's dims are int64, numpy's sizes too
 
 
 @dataclass(slots=True)
@@ -313,6 +315,7 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
         raise InvalidArgumentError(
             f"invalid datatype for input {name}: '{datatype}' is not a protocol datatype"
         )
+    _check_shape(name, datatype, shape, ctx.prefix)
     if "shared_memory_region" in params:
         raise UnsupportedError(
             f"input '{name}' uses shared memory, which this server does not support; "
@@ -347,6 +350,25 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
     ctx.offset += size
     data = _decode_binary(name, datatype, shape, chunk, ctx.model, ctx.prefix)
     return InferInput(name, datatype, shape, data)
+
+
+def _check_shape(name: str, datatype: str, shape: tuple[int, ...], prefix: str) -> None:
+    """Refuse shapes no array can take. The data-size checks catch most, but a zero-element
+    shape passes them whatever its other dimensions, and numpy then fails on it."""
+    if len(shape) > _MAX_DIMS:
+        raise InvalidArgumentError(
+            f"{prefix}input '{name}' has {len(shape)} dimensions, more than the {_MAX_DIMS} "
+            "supported"
+        )
+    # numpy's own rule: the element size times the non-zero dimensions must fit its sizes.
+    size = np.dtype(NUMPY_DTYPES[datatype]).itemsize
+    for dim in shape:
+        size *= dim or 1
+        if size > _MAX_SIZE:
+            raise InvalidArgumentError(
+                f"{prefix}input '{name}' has shape {list(shape)}, too large to hold: its "
+                f"non-zero dimensions times the {datatype} element size exceed {_MAX_SIZE}"
+            )
 
 
 def _member_string(fields: dict[str, Any], member: str) -> str:

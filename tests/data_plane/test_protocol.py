@@ -329,6 +329,67 @@ def test_zero_element_tensors(datatype: str) -> None:
     assert request.inputs[0].data.dtype == NUMPY_DTYPES[datatype]
 
 
+def shaped_input(datatype: str, shape: list[int], *, binary: bool) -> dict[str, Any]:
+    """An input of ``shape`` with no elements' worth of data, sent as JSON or binary."""
+    if binary:
+        return one_input(datatype=datatype, shape=shape, parameters={"binary_data_size": 0})
+    return one_input(datatype=datatype, shape=shape, data=[])
+
+
+TOO_LARGE = (
+    NO_ID + "input 'X' has shape {shape}, too large to hold: its non-zero dimensions times "
+    "the {datatype} element size exceed 9223372036854775807"
+)
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+@pytest.mark.parametrize(
+    ("datatype", "shape", "message"),
+    [
+        pytest.param("FP32", [0, 2**63], TOO_LARGE, id="dim-past-int64"),
+        pytest.param("BOOL", [2**63, 0], TOO_LARGE, id="dim-past-int64-first"),
+        pytest.param("FP32", [0, 2**62], TOO_LARGE, id="bytes-past-int64"),
+        pytest.param("BYTES", [0, 2**40, 2**40], TOO_LARGE, id="product-past-int64"),
+        pytest.param(
+            "INT8",
+            [1] * 65,
+            NO_ID + "input 'X' has 65 dimensions, more than the 64 supported",
+            id="65-dims",
+        ),
+        pytest.param(
+            "INT8",
+            [0] * 65,
+            NO_ID + "input 'X' has 65 dimensions, more than the 64 supported",
+            id="65-zero-dims",
+        ),
+    ],
+)
+def test_shapes_no_array_can_hold_are_refused(
+    datatype: str, shape: list[int], message: str, binary: bool
+) -> None:
+    # These passed every size check (no elements, no data) and then failed in numpy: a 500.
+    with pytest.raises(InvalidArgumentError) as info:
+        decode(shaped_input(datatype, shape, binary=binary))
+    assert info.value.message == message.format(shape=shape, datatype=datatype)
+
+
+@pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
+@pytest.mark.parametrize(
+    ("datatype", "shape"),
+    [
+        pytest.param("BOOL", [0, 2**63 - 1], id="largest-dim"),
+        pytest.param("FP32", [2**61 - 1, 0], id="largest-fp32-dim"),
+        pytest.param("INT8", [0] + [1] * 63, id="64-dims"),
+    ],
+)
+def test_the_largest_shapes_numpy_holds_are_accepted(
+    datatype: str, shape: list[int], binary: bool
+) -> None:
+    data = decode(shaped_input(datatype, shape, binary=binary)).inputs[0].data
+    assert data.shape == tuple(shape)
+    assert data.size == 0
+
+
 def test_binary_bool_bytes_other_than_0_and_1_are_normalised() -> None:
     header = one_input(datatype="BOOL", shape=[3], parameters={"binary_data_size": 3})
     data = decode(header, b"\x00\x02\x01").inputs[0].data
