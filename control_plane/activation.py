@@ -12,7 +12,7 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
     {"id", "model", "generation", "trigger",
      "outcome": "ready" | "revived" | "woken" | "failed",
      "error", "queued_at" (wall clock), "worker": {"id", "url", "started"},
-     "cache": "hit" | "miss" | "unknown", "bytes_fetched",
+     "cache": "hit" | "miss" | "local" | "unknown", "bytes_fetched",
      "phases": [{"phase": "queued" | "worker_ready" | "fetched" | "engine_built" | "wake"
                           | "ready" | "first_response",
                  "at_s": seconds since queued}, ...],
@@ -21,8 +21,11 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
 A ``woken`` activation woke a sleeping replica (an LLM engine kept asleep on its worker): its
 ``wake`` phase replaces ``engine_built`` and ``durations_s.wake`` replaces ``load``.
 
-``fetched`` (and the fetch/engine split) appear only when the worker's cache counters moved
-during the load; see ``worker_client``. ``first_response`` is added later, when an activator
+``cache`` and ``bytes_fetched`` are the worker's own answer to the load: ``hit`` (its node
+cache held the files), ``miss`` (downloaded), ``local`` (a local folder, read in place);
+``unknown`` when no load ran (a revived or woken replica) or the worker did not say (see
+``worker_client``). ``fetched`` (and the fetch/engine split) appear when the worker said how
+long getting the files took. ``first_response`` is added later, when an activator
 reports (``store.subscribe_first_responses()``) that a request it buffered for the cold start
 got its answer from the new replica; its duration, like ``total``, counts from ``queued``.
 Activators report on their own wall clocks, so hosts are assumed to keep time (NTP).

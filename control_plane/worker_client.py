@@ -2,11 +2,10 @@
 and wake (LLM engines), and the worker's counters.
 
 A load is ``POST /v2/repository/models/{name}/load`` with ``storage_uri`` (and ``config``,
-a Triton ModelConfig JSON string, when the registration carries one). What the load cost in
-bytes and whether the node cache had the model is read from the worker's ``zeroserve_cache_*``
-counters just before and after the load; when other loads overlap on the same worker the
-numbers include theirs, and the report says ``cache="unknown"`` when nothing moved (a
-model read in place from a local folder) or the counters could not be read.
+a Triton ModelConfig JSON string, when the registration carries one). The worker's answer
+says where the model's files came from for that load alone (``hit``, ``miss`` or ``local``),
+the bytes it downloaded and how long getting them took; a worker that answers without it
+(Triton itself) leaves the report's cache ``unknown``.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.errors import LoadFailedError, UpstreamError
 from control_plane.records import ModelRecord, WorkerRecord
@@ -29,12 +27,7 @@ __all__ = ["LoadReport", "WorkerClient", "load_body", "probe_live", "probe_round
 
 logger = logging.getLogger(__name__)
 
-_COUNTERS = {
-    "zeroserve_cache_hits": "hits",
-    "zeroserve_cache_misses": "misses",
-    "zeroserve_cache_fetched_bytes": "fetched_bytes",
-}
-_FETCH_SECONDS = "zeroserve_cache_fetch_duration_seconds"
+_CACHE_OUTCOMES = frozenset({"hit", "miss", "local"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +37,13 @@ class LoadReport:
     duration_s: float
     """From the load call to the worker's answer."""
     cache: str = "unknown"
-    """``hit``, ``miss`` or ``unknown``: did the node cache already hold the model."""
+    """``hit`` (the node cache held the model), ``miss`` (downloaded), ``local`` (a local
+    folder, no cache involved) or ``unknown`` (the worker did not say)."""
     bytes_fetched: int | None = None
     """Bytes downloaded into the node cache for this load; None when unknown."""
     fetch_s: float | None = None
-    """Time spent downloading (misses only); None when unknown."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Counters:
-    hits: float = 0.0
-    misses: float = 0.0
-    fetched_bytes: float = 0.0
-    fetch_s: float = 0.0
+    """Time the worker spent getting the files (listing, checking, downloading); None when
+    unknown."""
 
 
 def load_body(model: ModelRecord) -> dict[str, Any]:
@@ -135,7 +122,6 @@ class WorkerClient:
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
         """Load ``model`` on ``worker``; raises ``LoadFailedError`` or ``UpstreamError``."""
-        before = await self._counters(worker)
         started = time.monotonic()
         try:
             response = await self._http.post(
@@ -148,8 +134,7 @@ class WorkerClient:
         duration_s = time.monotonic() - started
         if response.status_code != 200:
             raise LoadFailedError(model=model.name, worker=worker.id, reason=_reason(response))
-        after = await self._counters(worker)
-        return _report(duration_s, before, after)
+        return _report(duration_s, response)
 
     async def unload(self, worker: WorkerRecord, model: str) -> None:
         """Unload ``model`` from ``worker``; the worker drains what it accepted first."""
@@ -199,46 +184,29 @@ class WorkerClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def _counters(self, worker: WorkerRecord) -> _Counters | None:
-        try:
-            response = await self._http.get(f"{worker.url}/metrics")
-        except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
-            return None
-        values: dict[str, float] = {}
-        try:
-            for family in text_string_to_metric_families(response.text):
-                for sample in family.samples:
-                    key = _COUNTERS.get(family.name)
-                    if key is not None and sample.name.endswith("_total"):
-                        values[key] = values.get(key, 0.0) + sample.value
-                    elif family.name == _FETCH_SECONDS and sample.name.endswith("_sum"):
-                        values["fetch_s"] = values.get("fetch_s", 0.0) + sample.value
-        except ValueError as exc:
-            # The timeline loses its cache facts; the load itself is fine.
-            logger.warning("unreadable metrics from worker %s: %s", worker.id, exc)
-            return None
-        return _Counters(**values)
 
-
-def _report(duration_s: float, before: _Counters | None, after: _Counters | None) -> LoadReport:
-    if before is None or after is None:
+def _report(duration_s: float, response: httpx.Response) -> LoadReport:
+    """The load's report from the worker's answer; cache ``unknown`` when it says nothing
+    usable (an empty body: Triton, or a worker from before the answer carried it)."""
+    try:
+        doc = response.json()
+    except ValueError:
         return LoadReport(duration_s=duration_s)
-    misses = after.misses - before.misses
-    hits = after.hits - before.hits
-    fetched = int(after.fetched_bytes - before.fetched_bytes)
-    if misses > 0:
-        cache = "miss"
-    elif hits > 0:
-        cache = "hit"
-    else:
-        return LoadReport(duration_s=duration_s, bytes_fetched=fetched)
+    if not isinstance(doc, dict):
+        return LoadReport(duration_s=duration_s)
+    cache, fetched, fetch_s = doc.get("cache"), doc.get("bytes_fetched"), doc.get("fetch_s")
+    if (
+        cache not in _CACHE_OUTCOMES
+        or not isinstance(fetched, int)
+        or isinstance(fetched, bool)
+        or fetched < 0
+        or not isinstance(fetch_s, int | float)
+        or isinstance(fetch_s, bool)
+        or fetch_s < 0
+    ):
+        return LoadReport(duration_s=duration_s)
     return LoadReport(
-        duration_s=duration_s,
-        cache=cache,
-        bytes_fetched=fetched,
-        fetch_s=max(after.fetch_s - before.fetch_s, 0.0),
+        duration_s=duration_s, cache=cache, bytes_fetched=fetched, fetch_s=float(fetch_s)
     )
 
 

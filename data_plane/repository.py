@@ -74,6 +74,22 @@ class TensorSpec:
     labels: tuple[str, ...] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class FetchReport:
+    """Where a load found the model's files: the node cache's answer for this load alone."""
+
+    cache: str
+    """``hit`` (the node cache held them), ``miss`` (they were downloaded) or ``local`` (a
+    local folder, read in place: no cache involved)."""
+    bytes_fetched: int
+    """Bytes downloaded for this load (0 unless a miss)."""
+    fetch_s: float
+    """Seconds spent getting the files (listing and checking them, downloading on a miss)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "bytes_fetched": self.bytes_fetched, "fetch_s": self.fetch_s}
+
+
 @dataclass(frozen=True)
 class RepositorySettings:
     """What the repository needs from the server's settings."""
@@ -129,7 +145,8 @@ class _Entry:
     serving: dict[int, LoadedVersion] = field(default_factory=dict)
     states: dict[int, tuple[VersionState, str]] = field(default_factory=dict)
     fingerprint: str | None = None
-    task: asyncio.Task[None] | None = None
+    task: asyncio.Task[FetchReport | None] | None = None
+    """The load (which returns its fetch report), unload, sleep or wake running now."""
     task_is_load: bool = False
     cached: CachedModel | None = None
     """The node-cache pin on the files the serving versions were built from."""
@@ -260,13 +277,14 @@ class ModelRepository:
         *,
         config_override: str | None = None,
         storage_uri: str | None = None,
-    ) -> None:
-        """Load (or reload) ``name``; returns when every selected version is READY.
+    ) -> FetchReport:
+        """Load (or reload) ``name``; returns when every selected version is READY, with
+        where its files came from.
 
         The model comes from ``storage_uri`` (which must lie under an allowed root) or, by
         default, from the repository; either way through the node cache. A load of a model
-        that is already loading joins that load. Loading an unchanged model again is a no-op;
-        a changed one is rebuilt while the old versions serve.
+        that is already loading joins that load (and reports its fetch). Loading an unchanged
+        model again is a no-op; a changed one is rebuilt while the old versions serve.
         """
         try:
             model_config.validate_model_name(name)
@@ -279,8 +297,9 @@ class ModelRepository:
             running = entry.task
             if entry.task_is_load and config_override is None and storage_uri is None:
                 # Join the load in progress: its outcome is ours.
-                await asyncio.shield(running)
-                return
+                joined = await asyncio.shield(running)
+                assert joined is not None  # a load's task returns its report
+                return joined
             # An unload, or a load with other config, is in progress: ours starts after it.
             with contextlib.suppress(Exception):
                 await asyncio.shield(running)
@@ -288,7 +307,7 @@ class ModelRepository:
             self._load(entry, config_override, storage_uri), name=f"load-{name}"
         )
         entry.task, entry.task_is_load = task, True
-        await asyncio.shield(task)
+        return await asyncio.shield(task)
 
     async def unload(self, name: str) -> None:
         """Take every version of ``name`` out of service, drain it, and free its engine."""
@@ -362,11 +381,11 @@ class ModelRepository:
 
     async def _load(
         self, entry: _Entry, config_override: str | None, storage_uri: str | None
-    ) -> None:
+    ) -> FetchReport:
         name = entry.name
         started = time.monotonic()
         try:
-            cached = await self._fetch(name, storage_uri)
+            cached, fetched = await self._fetch(name, storage_uri)
             try:
                 plan = await asyncio.to_thread(self._plan_load, name, config_override, cached)
             except BaseException:
@@ -380,11 +399,11 @@ class ModelRepository:
         versions = plan.versions
         if plan.fingerprint == entry.fingerprint and set(entry.serving) == set(versions):
             cached.unpin()  # the loaded versions hold their own pin on the same files
-            return
+            return fetched
         if plan.fingerprint == entry.fingerprint and set(entry.sleeping) == set(versions):
             cached.unpin()
             await self._wake(entry)  # the same model, asleep: waking it is the load
-            return
+            return fetched
         for version in versions:
             if version not in entry.serving:
                 entry.states[version] = (VersionState.LOADING, "")
@@ -420,17 +439,28 @@ class ModelRepository:
         if old_cached is not None:
             old_cached.unpin()
         logger.info("loaded %s versions %s in %.3f s", name, versions, time.monotonic() - started)
+        return fetched
 
-    async def _fetch(self, name: str, storage_uri: str | None) -> CachedModel:
-        """The model's files in the node cache, pinned (the caller unpins)."""
+    async def _fetch(self, name: str, storage_uri: str | None) -> tuple[CachedModel, FetchReport]:
+        """The model's files in the node cache, pinned (the caller unpins), and how they
+        were had: measured here, for this load only, so that overlapping loads each get
+        their own answer."""
+        started = time.monotonic()
         try:
             if storage_uri is None:
                 uri = self._settings.root.child(name)
             else:
                 uri = parse_storage_uri(storage_uri, allowed=self._settings.allowed_storage)
-            return await self._cache.fetch(uri, model=name)
+            cached = await self._cache.fetch(uri, model=name)
         except StorageError as exc:
             raise ModelLoadError(model=name, reason=exc.message) from exc
+        if not uri.is_s3:
+            cache = "local"
+        elif cached.fetched_bytes:
+            cache = "miss"
+        else:
+            cache = "hit"
+        return cached, FetchReport(cache, cached.fetched_bytes, time.monotonic() - started)
 
     def _plan_load(self, name: str, config_override: str | None, cached: CachedModel) -> _LoadPlan:
         """Read and complete the config and pick versions (blocking: runs in a thread)."""

@@ -7,6 +7,10 @@ freed, weights in host memory; the index shows the version ``SLEEPING``); wake p
 in service without reading the weights again. Both answer 200 once done, 501 for a runtime
 that cannot sleep, and 404 when nothing of the model is loaded. The control plane's reaper
 sleeps idle LLMs with the first, and an activation wakes them with the second.
+
+A successful load answers 200 with ``{"cache": "hit" | "miss" | "local", "bytes_fetched",
+"fetch_s"}``: whether the node cache held the model's files, downloaded them, or read them
+in place from a local folder, for this load alone (Triton's body is empty).
 """
 
 from __future__ import annotations
@@ -77,10 +81,12 @@ async def load(request: Request) -> Response:
                 f"Unrecognized load parameter '{key}' with type '{type(value).__name__}'"
             )
     repository: ModelRepository = request.state.repository
-    await repository.load(
+    fetched = await repository.load(
         request.path_params["name"], config_override=config, storage_uri=storage_uri
     )
-    return Response(status_code=200)
+    # Triton answers an empty body; Triton's clients read only the status, so the body can
+    # say where the files came from (the control plane's cold-start timeline uses it).
+    return Response(orjson.dumps(fetched.to_json()), media_type="application/json")
 
 
 async def unload(request: Request) -> Response:

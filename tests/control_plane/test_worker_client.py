@@ -17,42 +17,31 @@ pytestmark = pytest.mark.anyio
 WORKER = WorkerRecord(id="w1", url="http://worker")
 
 
-def metrics_text(hits: float, misses: float, fetched: float, fetch_s: float) -> str:
-    return f"""\
-# HELP zeroserve_cache_hits_total Model fetches answered from the node cache
-# TYPE zeroserve_cache_hits_total counter
-zeroserve_cache_hits_total {hits}
-# HELP zeroserve_cache_misses_total Model fetches that downloaded
-# TYPE zeroserve_cache_misses_total counter
-zeroserve_cache_misses_total {misses}
-# HELP zeroserve_cache_fetched_bytes_total Bytes downloaded
-# TYPE zeroserve_cache_fetched_bytes_total counter
-zeroserve_cache_fetched_bytes_total {fetched}
-# HELP zeroserve_cache_fetch_duration_seconds Fetch time
-# TYPE zeroserve_cache_fetch_duration_seconds histogram
-zeroserve_cache_fetch_duration_seconds_bucket{{le="+Inf"}} {misses}
-zeroserve_cache_fetch_duration_seconds_count {misses}
-zeroserve_cache_fetch_duration_seconds_sum {fetch_s}
-"""
-
-
 class Worker:
-    """A fake worker: answers /metrics from a sequence and records load bodies."""
+    """A fake worker: answers loads with ``answer`` (None: an empty body, as Triton does)
+    and records their bodies; any other path is an error."""
 
-    def __init__(self, metrics: list[str], load_status: int = 200, error: str = "") -> None:
-        self.metrics = list(metrics)
+    def __init__(
+        self,
+        answer: dict[str, object] | None = None,
+        load_status: int = 200,
+        error: str = "",
+    ) -> None:
+        self.answer = answer
         self.load_status = load_status
         self.error = error
         self.bodies: list[dict[str, object]] = []
+        self.paths: list[str] = []
 
     def handler(self) -> Callable[[httpx.Request], httpx.Response]:
         def handle(request: httpx.Request) -> httpx.Response:
-            if request.url.path == "/metrics":
-                return httpx.Response(200, text=self.metrics.pop(0))
+            self.paths.append(request.url.path)
             self.bodies.append(json.loads(request.content))
             if self.load_status != 200:
                 return httpx.Response(self.load_status, json={"error": self.error})
-            return httpx.Response(200)
+            if self.answer is None:
+                return httpx.Response(200)
+            return httpx.Response(200, json=self.answer)
 
         return handle
 
@@ -80,41 +69,57 @@ def test_load_body_carries_the_uri_and_a_named_config():
 
 
 @pytest.mark.parametrize(
-    ("before", "after", "cache", "fetched", "fetch_s"),
+    ("answer", "cache", "fetched", "fetch_s"),
     [
-        pytest.param((1, 1, 100, 0.5), (1, 2, 1100, 1.25), "miss", 1000, 0.75, id="miss"),
-        pytest.param((1, 1, 100, 0.5), (2, 1, 100, 0.5), "hit", 0, 0.0, id="hit"),
-        pytest.param((1, 1, 100, 0.5), (1, 1, 100, 0.5), "unknown", 0, None, id="local"),
+        pytest.param(
+            {"cache": "miss", "bytes_fetched": 1000, "fetch_s": 0.75}, "miss", 1000, 0.75, id="miss"
+        ),
+        pytest.param(
+            {"cache": "hit", "bytes_fetched": 0, "fetch_s": 0.01}, "hit", 0, 0.01, id="hit"
+        ),
+        pytest.param(
+            {"cache": "local", "bytes_fetched": 0, "fetch_s": 0}, "local", 0, 0.0, id="local"
+        ),
     ],
 )
-async def test_cache_outcome_from_counters(
-    before: tuple[float, ...],
-    after: tuple[float, ...],
-    cache: str,
-    fetched: int,
-    fetch_s: float | None,
+async def test_cache_outcome_from_the_load_answer(
+    answer: dict[str, object], cache: str, fetched: int, fetch_s: float
 ):
-    worker = Worker([metrics_text(*before), metrics_text(*after)])
+    worker = Worker(answer)
     client = client_for(worker)
     report = await client.load(WORKER, ModelRecord(name="m", storage_uri="/models/m"))
     await client.close()
     assert report.cache == cache
     assert report.bytes_fetched == fetched
-    assert report.fetch_s == (pytest.approx(fetch_s) if fetch_s is not None else None)
+    assert report.fetch_s == pytest.approx(fetch_s)
+    # One call: nothing is read from the worker's counters around the load any more.
+    assert worker.paths == ["/v2/repository/models/m/load"]
     assert worker.bodies == [{"parameters": {"storage_uri": "/models/m"}}]
 
 
-async def test_unreadable_metrics_leave_the_cache_unknown():
-    worker = Worker(["not prometheus {{{", "also not"])
-    client = client_for(worker)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(None, id="empty-body"),
+        pytest.param({"cache": "maybe", "bytes_fetched": 0, "fetch_s": 0}, id="unknown-cache"),
+        pytest.param({"cache": "miss", "bytes_fetched": -1, "fetch_s": 0}, id="negative-bytes"),
+        pytest.param({"cache": "miss", "bytes_fetched": "9", "fetch_s": 0}, id="bytes-string"),
+        pytest.param({"cache": "hit", "bytes_fetched": 0}, id="no-fetch-time"),
+    ],
+)
+async def test_a_load_answer_without_a_usable_report_leaves_the_cache_unknown(
+    answer: dict[str, object] | None,
+):
+    client = client_for(Worker(answer))
     report = await client.load(WORKER, ModelRecord(name="m", storage_uri="/m"))
     await client.close()
     assert report.cache == "unknown"
     assert report.bytes_fetched is None
+    assert report.fetch_s is None
 
 
 async def test_refused_load_carries_the_workers_message():
-    worker = Worker([metrics_text(0, 0, 0, 0)], load_status=400, error="bad config: x")
+    worker = Worker(load_status=400, error="bad config: x")
     client = client_for(worker)
     with pytest.raises(LoadFailedError, match="400: bad config: x"):
         await client.load(WORKER, ModelRecord(name="m", storage_uri="/m"))

@@ -1,0 +1,54 @@
+"""The admin API of a real ``zeroserve up`` with real workers: what a registration accepts
+is what a worker loads, and what the cold-start timeline reports is what the worker did."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from tests.integration.test_platform_e2e import (
+    SIZES,
+    Platform,
+    admin_get,
+    assert_mlp_answer,
+    infer,
+    mlp_input,
+    register,
+    start_platform,
+)
+from tests.models import write_onnx_mlp
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    tmp_path = tmp_path_factory.mktemp("admin")
+    running = start_platform(tmp_path, "admin")
+    yield running
+    running.stop()
+    leftovers = running.wait_workers_gone()
+    running.kill_leftovers()
+    assert not leftovers, f"orphan workers {leftovers}"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=90.0) as http:
+        yield http
+
+
+async def test_a_local_folder_activation_says_local(platform: Platform, client: httpx.AsyncClient):
+    model_dir = write_onnx_mlp(platform.models_dir, "from-folder", SIZES, seed=11)
+    await register(client, platform, model_dir)
+    x = mlp_input(11)
+    assert_mlp_answer(await infer(client, platform, "from-folder", x), model_dir, x)
+    (timeline,) = (await admin_get(client, platform, "/models/from-folder/activations"))[
+        "activations"
+    ]
+    assert timeline["outcome"] == "ready"
+    assert timeline["cache"] == "local"
+    assert timeline["bytes_fetched"] == 0
+    assert "fetched" in [p["phase"] for p in timeline["phases"]]
