@@ -50,17 +50,24 @@ class ConfigError(ValueError):
 
 
 def parse_pbtxt(text: str) -> ModelConfig:
-    """Parse config.pbtxt text; unknown fields are errors, as in Triton."""
+    """Parse config.pbtxt text; unknown fields are errors, as in Triton.
+
+    Also refuses what :func:`check_fields` refuses.
+    """
     config = ModelConfig()
     try:
         text_format.Parse(text, config)
     except text_format.ParseError as exc:
         raise ConfigError(f"failed to parse config.pbtxt: {exc}") from exc
+    check_fields(config)
     return config
 
 
 def parse_json(text: str | bytes) -> ModelConfig:
-    """Parse a JSON ModelConfig; enum names are matched case-insensitively, as Triton does."""
+    """Parse a JSON ModelConfig; enum names are matched case-insensitively, as Triton does.
+
+    Also refuses what :func:`check_fields` refuses.
+    """
     if isinstance(text, bytes):
         text = text.decode("utf-8", errors="replace")
     # protobuf's Python JSON parser has no case-insensitive enum option, Triton's C++ one does.
@@ -70,7 +77,36 @@ def parse_json(text: str | bytes) -> ModelConfig:
         json_format.Parse(text, config, ignore_unknown_fields=False)
     except json_format.ParseError as exc:
         raise ConfigError(str(exc)) from exc
+    check_fields(config)
     return config
+
+
+def check_fields(config: ModelConfig) -> None:
+    """Refuse fields that would reach outside the model's folder.
+
+    Checked when a config is parsed, before any field is used to find a file: a config can
+    come from anyone who may write to the model store or call the load or admin API.
+    """
+    if config.default_model_filename:
+        check_file_name(config.default_model_filename, field="default_model_filename")
+
+
+def check_file_name(value: str, *, field: str) -> None:
+    """Refuse a file name that is not a plain name of a file inside the version folder.
+
+    The name is joined onto the version folder, so an absolute path, a separator or
+    ``..`` would lead anywhere on the host.
+    """
+    if (
+        not value
+        or value in (".", "..")
+        or "/" in value
+        or "\\" in value
+        or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+    ):
+        raise ConfigError(
+            f"'{field}' must be the name of a file in the version folder, not a path: {value!r}"
+        )
 
 
 def read_config_file(model_dir: Path) -> ModelConfig | None:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from data_plane import model_config
+from data_plane.errors import ModelLoadError
 from data_plane.proto.model_config_pb2 import ModelConfig
 
 if TYPE_CHECKING:
@@ -175,3 +177,29 @@ class ExecutorRuntime(ModelRuntime):
 def instance_count(config: ModelConfig) -> int:
     """How many executions of one model version may run at once (Triton's instance count)."""
     return max(1, sum(max(group.count, 1) for group in config.instance_group))
+
+
+def model_file(version_dir: Path, filename: str, *, model: str) -> Path:
+    """The path of ``filename`` in ``version_dir``, refused if it could lead elsewhere.
+
+    ``filename`` must be a plain file name (config parsing already refuses others; this is
+    checked again where files are opened, whatever built the config), and the version
+    folder must resolve inside the model folder, so a version folder symlinked elsewhere
+    is refused. A symlinked *file* is left to the storage layer, which resolves every link
+    against the allowed storage roots (it lays a single model file out as such a link).
+
+    Raises :class:`ModelLoadError` naming ``model``.
+    """
+    try:
+        model_config.check_file_name(filename, field="default_model_filename")
+    except model_config.ConfigError as exc:
+        raise ModelLoadError(model=model, reason=str(exc)) from exc
+    model_dir = version_dir.parent.resolve()
+    real = version_dir.resolve()
+    if real == model_dir or not real.is_relative_to(model_dir):
+        raise ModelLoadError(
+            model=model,
+            reason=f"version folder {version_dir.name} resolves to {real}, "
+            f"outside the model folder {model_dir}",
+        )
+    return version_dir / filename

@@ -48,7 +48,13 @@ from data_plane.errors import (
 from data_plane.proto import model_config_pb2 as mc
 from data_plane.storage.engines import EngineCache, hardware_identity, model_identity
 from data_plane.storage.pins import LockTimeoutError, Pin
-from runtimes.base import ExecutorRuntime, RuntimeOptions, RuntimeState, instance_count
+from runtimes.base import (
+    ExecutorRuntime,
+    RuntimeOptions,
+    RuntimeState,
+    instance_count,
+    model_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -165,10 +171,12 @@ class OnnxRuntime(ExecutorRuntime):
         Reads only the graph's inputs, outputs and initializer names: the weights, inside
         the file or not, are skipped. A missing file is left to :meth:`load`.
         """
-        path = version_dir / (config.default_model_filename or cls.model_filename)
+        model_name = config.name or version_dir.parent.name
+        path = model_file(
+            version_dir, config.default_model_filename or cls.model_filename, model=model_name
+        )
         if not path.is_file():
             return
-        model_name = config.name or version_dir.parent.name
         try:
             graph_inputs, graph_outputs, initializers = read_graph_interface(path)
         except Exception as exc:
@@ -250,7 +258,9 @@ class OnnxRuntime(ExecutorRuntime):
     def _create_session(
         self, model_dir: Path, config: mc.ModelConfig, device: str
     ) -> tuple[_Session, Pin | None, bool | None]:
-        path = model_dir / (config.default_model_filename or self.model_filename)
+        path = model_file(
+            model_dir, config.default_model_filename or self.model_filename, model=self.name
+        )
         if not path.is_file():
             raise self._load_error(f"{path} does not exist")
         self._weight_bytes = sum(f.stat().st_size for f in model_dir.rglob("*") if f.is_file())

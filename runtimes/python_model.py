@@ -64,7 +64,13 @@ import numpy as np
 from data_plane import datatypes, model_config
 from data_plane.errors import InternalError, ModelLoadError, ModelNotReadyError, ZeroserveError
 from data_plane.proto import model_config_pb2 as mc
-from runtimes.base import ExecutorRuntime, RuntimeOptions, RuntimeState, instance_count
+from runtimes.base import (
+    ExecutorRuntime,
+    RuntimeOptions,
+    RuntimeState,
+    instance_count,
+    model_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +156,9 @@ class PythonRuntime(ExecutorRuntime):
         match = _DEVICE.fullmatch(device)
         if match is None:
             raise self._load_error(f"unknown device {device!r}; expected 'cpu' or 'cuda:N'")
-        path = model_dir / (config.default_model_filename or self.model_filename)
+        path = model_file(
+            model_dir, config.default_model_filename or self.model_filename, model=self.name
+        )
         if not path.is_file():
             raise self._load_error(f"{path} does not exist")
         module_name = f"_zeroserve_model_{uuid.uuid4().hex}"

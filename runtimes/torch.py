@@ -38,7 +38,13 @@ from data_plane.errors import (
     ModelNotReadyError,
 )
 from data_plane.proto import model_config_pb2 as mc
-from runtimes.base import ExecutorRuntime, RuntimeOptions, RuntimeState, instance_count
+from runtimes.base import (
+    ExecutorRuntime,
+    RuntimeOptions,
+    RuntimeState,
+    instance_count,
+    model_file,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -182,8 +188,9 @@ class TorchRuntime(ExecutorRuntime):
         else:
             candidates = [TORCHSCRIPT_FILENAME, EXPORT_FILENAME]
         for candidate in candidates:
-            if (model_dir / candidate).is_file():
-                return model_dir / candidate
+            path = model_file(model_dir, candidate, model=self.name)
+            if path.is_file():
+                return path
         raise self._load_error(f"no {' or '.join(candidates)} in {model_dir}")
 
     def _load_error(self, reason: str) -> ModelLoadError:

@@ -65,6 +65,22 @@ class TritonPythonModel:
 """The model.py :func:`write_python_model` writes by default: ``OUTPUT0 = INPUT0 * 2``."""
 
 
+def marker_model_source(marker: Path) -> str:
+    """A ``model.py`` that writes ``marker`` when imported: proof that a file ran."""
+    return textwrap.dedent(
+        f"""\
+        from pathlib import Path
+
+        Path({str(marker)!r}).write_text("imported")
+
+
+        class TritonPythonModel:
+            def execute(self, inputs):
+                return {{"OUTPUT0": inputs["INPUT0"]}}
+        """
+    )
+
+
 def make_config(
     name: str,
     *,

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from google.protobuf import text_format
 
 from data_plane import model_config
 from data_plane.model_config import ConfigError
@@ -206,3 +208,30 @@ def test_versions_to_load_without_versions_is_an_error(tmp_path: Path):
 def test_validate_model_name_refuses_escaping_names(name: str):
     with pytest.raises(ConfigError):
         model_config.validate_model_name(name)
+
+
+@pytest.mark.parametrize(
+    "filename",
+    [
+        pytest.param("/etc/evil.py", id="absolute"),
+        pytest.param("../../outside/evil.py", id="dot-dot"),
+        pytest.param("..", id="parent"),
+        pytest.param(".", id="self"),
+        pytest.param("sub/model.onnx", id="separator"),
+        pytest.param("..\\evil.py", id="backslash"),
+        pytest.param("model\x00.py", id="nul"),
+        pytest.param("model\n.py", id="newline"),
+    ],
+)
+def test_default_model_filename_must_be_a_plain_file_name(filename: str):
+    document = json.dumps({"backend": "python", "default_model_filename": filename})
+    with pytest.raises(ConfigError, match="'default_model_filename' must be the name of a file"):
+        model_config.parse_json(document)
+    config = ModelConfig(default_model_filename=filename)
+    with pytest.raises(ConfigError, match="'default_model_filename' must be the name of a file"):
+        model_config.parse_pbtxt(text_format.MessageToString(config))
+
+
+def test_a_plain_default_model_filename_is_accepted():
+    config = model_config.parse_pbtxt('default_model_filename: "net-v2.onnx"')
+    assert config.default_model_filename == "net-v2.onnx"

@@ -443,3 +443,24 @@ def test_thread_spinning_follows_the_model_size_unless_configured(
     options = runtime._session_options(config)
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
     assert options.get_session_config_entry("session.inter_op.allow_spinning") == expected
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("spelling", ["absolute", "dot-dot"])
+async def test_default_model_filename_cannot_open_a_model_outside(
+    tmp_path: Path, spelling: str
+) -> None:
+    # The config is built here, not parsed, so the runtime's own check is what stops it.
+    outside = write_onnx_mlp(tmp_path / "outside", "o") / "1" / "model.onnx"
+    model_dir = write_onnx_mlp(tmp_path / "repo", "m")
+    (model_dir / "1" / "model.onnx").unlink()
+    config = read_config(model_dir)
+    config.default_model_filename = (
+        str(outside) if spelling == "absolute" else "../../../outside/o/1/model.onnx"
+    )
+    message = "'default_model_filename' must be the name of a file"
+
+    with pytest.raises(ModelLoadError, match=message):
+        OnnxRuntime.complete_config(model_dir / "1", config)
+    with pytest.raises(ModelLoadError, match=message):
+        await load_runtime(OnnxRuntime, model_dir, config=config)

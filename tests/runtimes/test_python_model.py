@@ -21,7 +21,13 @@ from data_plane.errors import (
 )
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.python_model import PythonRuntime
-from tests.models import load_runtime, read_config, state_of, write_python_model
+from tests.models import (
+    load_runtime,
+    marker_model_source,
+    read_config,
+    state_of,
+    write_python_model,
+)
 
 RECORDING_MODEL = """
 import json
@@ -366,3 +372,25 @@ async def test_cancelled_load_finalizes_what_it_built(tmp_path: Path) -> None:
         await asyncio.to_thread(worker.join, 5)
     assert (model_dir / "finalized").exists()
     assert _our_modules() == before
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("spelling", ["absolute", "dot-dot"])
+async def test_default_model_filename_cannot_import_a_file_outside(
+    tmp_path: Path, spelling: str
+) -> None:
+    # The config is built here, not parsed, so the runtime's own check is what stops it.
+    marker = tmp_path / "marker"
+    outside = tmp_path / "outside" / "evil.py"
+    outside.parent.mkdir()
+    outside.write_text(marker_model_source(marker))
+    model_dir = write_python_model(tmp_path / "repo", "m")
+    config = read_config(model_dir)
+    config.default_model_filename = (
+        str(outside) if spelling == "absolute" else "../../../outside/evil.py"
+    )
+
+    with pytest.raises(ModelLoadError, match="'default_model_filename' must be the name of a file"):
+        await load_runtime(PythonRuntime, model_dir, config=config)
+
+    assert not marker.exists()

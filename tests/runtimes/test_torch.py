@@ -198,3 +198,16 @@ async def test_unload_is_idempotent(tmp_path: Path) -> None:
     await runtime.unload()
     await runtime.unload()
     assert state_of(runtime) is RuntimeState.UNLOADED
+
+
+@pytest.mark.anyio
+async def test_default_model_filename_cannot_open_a_model_outside(tmp_path: Path) -> None:
+    # The config is built here, not parsed, so the runtime's own check is what stops it.
+    outside = write_torchscript_mlp(tmp_path / "outside", "o") / "1" / "model.pt"
+    model_dir = write_torchscript_mlp(tmp_path / "repo", "m")
+    (model_dir / "1" / "model.pt").unlink()
+    config = read_config(model_dir)
+    config.default_model_filename = str(outside)
+
+    with pytest.raises(ModelLoadError, match="'default_model_filename' must be the name of a file"):
+        await load_runtime(TorchRuntime, model_dir, config=config)
