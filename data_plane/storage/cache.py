@@ -43,6 +43,7 @@ from data_plane.storage.layout import (
     check_model_layout,
     fsync_dir,
     fsync_tree,
+    local_entries,
     local_files,
     read_manifest,
     write_manifest,
@@ -357,9 +358,9 @@ class NodeCache:
             raise StorageNotFoundError(uri=str(uri), reason="no such file or folder") from exc
         _check_inside(real, allowed, uri)
         if real.is_dir():
-            files = list(local_files(real))
-            for _relative, path in files:
+            for _relative, path in local_entries(real):
                 _check_inside(path.resolve(), allowed, uri)
+            files = list(local_files(real))
             check_model_layout((relative for relative, _ in files), uri=str(uri))
             digest = _local_digest(uri, [(rel, path.stat()) for rel, path in files])
             size = sum(path.stat().st_size for _, path in files)

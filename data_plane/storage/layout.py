@@ -183,13 +183,44 @@ def check_model_layout(relatives: Iterable[str], *, uri: str) -> None:
 
 
 def local_files(folder: Path) -> Iterator[tuple[str, Path]]:
-    """``(relative path, path)`` of every file under ``folder``, not following symlinked
-    folders (a symlinked file is listed; its target is checked by the caller)."""
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    """``(relative path, path)`` of every file under ``folder``, hidden folders skipped.
+
+    Symlinked folders are followed, since a runtime reads through them: a digest or a size
+    must count what they hold. Links keep their names in the tree; nothing is resolved.
+    """
+    for relative, path, is_folder in _walk(folder, skip_hidden=True):
+        if not is_folder:
+            yield relative, path
+
+
+def local_entries(folder: Path) -> Iterator[tuple[str, Path]]:
+    """``(relative path, path)`` of every file and folder under ``folder``, hidden ones and
+    symlinked folders included, links unresolved: what a caller resolves to check that
+    nothing leads out of an allowed root (an empty linked folder too, as it may be filled
+    later)."""
+    for relative, path, _is_folder in _walk(folder, skip_hidden=False):
+        yield relative, path
+
+
+def _walk(folder: Path, *, skip_hidden: bool) -> Iterator[tuple[str, Path, bool]]:
+    # Each real folder is entered once, so a link back up the tree ends the walk instead
+    # of looping until the path grows too long.
+    entered = {os.path.realpath(folder)}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        kept = []
+        for name in sorted(dirnames):
+            if skip_hidden and name.startswith("."):
+                continue
+            path = Path(dirpath) / name
+            yield path.relative_to(folder).as_posix(), path, True
+            real = os.path.realpath(path)
+            if real not in entered:
+                entered.add(real)
+                kept.append(name)
+        dirnames[:] = kept
         for name in sorted(filenames):
             path = Path(dirpath) / name
-            yield path.relative_to(folder).as_posix(), path
+            yield path.relative_to(folder).as_posix(), path, False
 
 
 def _children(folder: Path) -> list[Path]:

@@ -89,3 +89,29 @@ async def test_config_cannot_name_an_onnx_file_outside(tmp_path: Path) -> None:
             },
         )
         assert infer.status_code != 200
+
+
+async def test_a_version_folder_linked_outside_the_repository_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    outside = tmp_path / "outside"
+    (outside / "py" / "1").mkdir(parents=True)
+    (outside / "py" / "1" / "model.py").write_text(marker_model_source(marker))
+    write_onnx_mlp(outside, "onnx")
+    repo = tmp_path / "repo"
+    python_dir = write_python_model(repo, "py", version=7)
+    onnx_dir = write_onnx_mlp(repo, "onnx", version=7)
+    for model_dir in (python_dir, onnx_dir):
+        # The outside version (1) is older than the repository's own (7): a policy that
+        # loads every version reaches it.
+        with (model_dir / "config.pbtxt").open("a") as config:
+            config.write("version_policy { all {} }\n")
+        (model_dir / "1").symlink_to(outside / model_dir.name / "1", target_is_directory=True)
+
+    async with llm_app(repo, tmp_path / "cache", models=()) as server:
+        for name in ("py", "onnx"):
+            response = await _load(server.client, name)
+
+            assert response.status_code == 400, response.text
+            assert "outside the allowed root" in response.json()["error"]
+            assert (await server.client.get(f"/v2/models/{name}/versions/1/ready")).is_error
+    assert not marker.exists()

@@ -464,3 +464,15 @@ async def test_default_model_filename_cannot_open_a_model_outside(
         OnnxRuntime.complete_config(model_dir / "1", config)
     with pytest.raises(ModelLoadError, match=message):
         await load_runtime(OnnxRuntime, model_dir, config=config)
+
+
+@pytest.mark.anyio
+async def test_a_version_folder_linked_outside_the_model_folder_is_refused(
+    tmp_path: Path,
+) -> None:
+    outside = write_onnx_mlp(tmp_path / "outside", "o") / "1"
+    model_dir = write_onnx_mlp(tmp_path / "repo", "m", version=2)
+    (model_dir / "1").symlink_to(outside, target_is_directory=True)
+
+    with pytest.raises(ModelLoadError, match="outside the model folder"):
+        await load_runtime(OnnxRuntime, model_dir, version=1)

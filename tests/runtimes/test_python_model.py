@@ -394,3 +394,23 @@ async def test_default_model_filename_cannot_import_a_file_outside(
         await load_runtime(PythonRuntime, model_dir, config=config)
 
     assert not marker.exists()
+
+
+@pytest.mark.anyio
+async def test_a_version_folder_linked_outside_the_model_folder_is_refused(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "marker"
+    outside = tmp_path / "outside" / "1"
+    outside.mkdir(parents=True)
+    (outside / "model.py").write_text(marker_model_source(marker))
+    model_dir = write_python_model(tmp_path / "repo", "m", version=2)
+    (model_dir / "1").symlink_to(outside, target_is_directory=True)
+    (model_dir / "3").symlink_to(model_dir / "2", target_is_directory=True)
+
+    with pytest.raises(ModelLoadError, match="outside the model folder"):
+        await load_runtime(PythonRuntime, model_dir, version=1)
+    assert not marker.exists()
+    # A link between versions of the same model stays usable.
+    runtime = await load_runtime(PythonRuntime, model_dir, version=3)
+    await runtime.unload()

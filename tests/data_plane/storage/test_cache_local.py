@@ -77,6 +77,44 @@ async def test_symlink_out_of_the_allowed_root_is_refused(tmp_path: Path, cache:
     await cache.close()
 
 
+@pytest.mark.parametrize("filled", [True, False], ids=["with-files", "empty"])
+async def test_a_version_folder_linked_out_of_the_allowed_root_is_refused(
+    tmp_path: Path, cache: NodeCache, filled: bool
+) -> None:
+    outside = tmp_path / "outside" / "1"
+    outside.mkdir(parents=True)
+    if filled:
+        (outside / "model.py").write_text("print('not yours')")
+    folder = _model(tmp_path / "repo" / "m")
+    # An empty one too: it can be filled between this check and the load.
+    (folder / "2").symlink_to(outside, target_is_directory=True)
+    uri = parse_storage_uri(str(folder), allowed=[str(tmp_path / "repo")])
+    with pytest.raises(StorageNotAllowedError, match=r"outside/1 \(symlinks resolved\) is outside"):
+        await cache.fetch(uri, model="m")
+    await cache.close()
+
+
+async def test_links_inside_the_allowed_root_are_followed_once(
+    tmp_path: Path, cache: NodeCache
+) -> None:
+    folder = _model(tmp_path / "repo" / "m")
+    (folder / "2").symlink_to(folder / "1", target_is_directory=True)
+    (folder / "1" / "up").symlink_to(folder, target_is_directory=True)  # a cycle
+    uri = parse_storage_uri(str(folder), allowed=[str(tmp_path / "repo")])
+    with await cache.fetch(uri, model="m") as cached:
+        assert cached.path == folder.resolve()
+        first = cached.digest
+    # A file reached only through a linked folder counts: changing it changes the digest.
+    shared = tmp_path / "repo" / "shared"
+    shared.mkdir()
+    (shared / "weights.bin").write_bytes(b"a")
+    (folder / "1" / "data").symlink_to(shared, target_is_directory=True)
+    second = (await cache.fetch(uri, model="m")).digest
+    (shared / "weights.bin").write_bytes(b"bb")
+    assert len({first, second, (await cache.fetch(uri, model="m")).digest}) == 3
+    await cache.close()
+
+
 @pytest.mark.parametrize(
     ("make", "reason"),
     [
