@@ -17,6 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -125,7 +126,7 @@ class WorkerClient:
         started = time.monotonic()
         try:
             response = await self._http.post(
-                f"{worker.url}/v2/repository/models/{model.name}/load",
+                f"{worker.url}/v2/repository/models/{_segment(model.name)}/load",
                 json=load_body(model),
                 timeout=self._load_timeout,
             )
@@ -140,7 +141,7 @@ class WorkerClient:
         """Unload ``model`` from ``worker``; the worker drains what it accepted first."""
         try:
             response = await self._http.post(
-                f"{worker.url}/v2/repository/models/{model}/unload",
+                f"{worker.url}/v2/repository/models/{_segment(model)}/unload",
                 json={},
                 timeout=self._unload_timeout,
             )
@@ -168,7 +169,9 @@ class WorkerClient:
     ) -> None:
         try:
             response = await self._http.post(
-                f"{worker.url}/v2/repository/models/{model}/{action}", json={}, timeout=timeouts
+                f"{worker.url}/v2/repository/models/{_segment(model)}/{action}",
+                json={},
+                timeout=timeouts,
             )
         except httpx.HTTPError as exc:
             raise UpstreamError(worker=worker.id, reason=f"{action} call failed: {exc!r}") from exc
@@ -208,6 +211,12 @@ def _report(duration_s: float, response: httpx.Response) -> LoadReport:
     return LoadReport(
         duration_s=duration_s, cache=cache, bytes_fetched=fetched, fetch_s=float(fetch_s)
     )
+
+
+def _segment(model: str) -> str:
+    """``model`` as one URL path segment: registration refuses names that need escaping,
+    but a name from an older store must still not turn into another path or a query."""
+    return quote(model, safe="")
 
 
 def _reason(response: httpx.Response) -> str:

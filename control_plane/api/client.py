@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from typing import Any, TextIO
+from urllib.parse import quote
 
 import httpx
 
@@ -59,20 +60,22 @@ def run(
 ) -> int:
     """Run one ``zeroserve models`` command; the process exit status."""
     client = AdminClient(settings)
+    # A name is one path segment, whatever it holds ('/', '?', '#' would change the URL).
+    path = f"/models/{quote(name or '', safe='')}"
     try:
         if command == "ls":
             _print_table(client.call("GET", "/models")["models"], out)
         elif command == "register":
             _print_json(client.call("POST", "/models", body), out)
         elif command == "show":
-            _print_json(client.call("GET", f"/models/{name}"), out)
+            _print_json(client.call("GET", path), out)
         elif command == "activations":
-            _print_json(client.call("GET", f"/models/{name}/activations"), out)
+            _print_json(client.call("GET", f"{path}/activations"), out)
         elif command == "rm":
-            client.call("DELETE", f"/models/{name}")
+            client.call("DELETE", path)
             print(f"deleted {name}", file=out)
         elif command in ("load", "unload"):
-            view = client.call("POST", f"/models/{name}/{command}")
+            view = client.call("POST", f"{path}/{command}")
             _print_status(view, out)
         elif command == "workers":
             _print_json(client.call("GET", "/workers"), out)

@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from control_plane.errors import SchemaValidationError
-from data_plane import model_config
+from data_plane import model_config, names
 from data_plane.storage.errors import StorageNotAllowedError
 from data_plane.storage.uris import parse_storage_uri
 
@@ -140,7 +140,11 @@ def check_config(value: dict[str, Any] | None) -> dict[str, Any] | None:
 class ModelCreate(_Strict):
     """``POST /admin/v1/models``: register a model."""
 
-    name: str = Field(min_length=1, max_length=model_config.MODEL_NAME_MAX_LENGTH)
+    name: str = Field(
+        min_length=1,
+        max_length=names.MODEL_NAME_MAX_LENGTH,
+        description=f"The model's name in URLs and on workers: {names.MODEL_NAME_RULE}",
+    )
     storage_uri: str = Field(
         min_length=1, description="s3://bucket/prefix, file:///abs/path or /abs/path"
     )
@@ -157,10 +161,11 @@ class ModelCreate(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        try:
-            model_config.validate_model_name(value)
-        except model_config.ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        # The rule every worker applies when it fetches the model: a name it would refuse
+        # is refused here, before anything is registered under it.
+        problem = names.model_name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     _storage_uri = field_validator("storage_uri")(check_storage_uri)

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
+from data_plane.names import model_name_problem
 from data_plane.storage.errors import StorageNotAllowedError
 
 _BUCKET: Final = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 """S3 bucket names (the general-purpose rules; dots allowed for legacy buckets)."""
-_MODEL_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}")
-"""Model names that are safe as a single path component (no separators, not ``.``/``..``)."""
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f\\]")
 
 Scheme = Literal["s3", "file"]
@@ -98,12 +97,10 @@ def parse_storage_uri(uri: str, *, allowed: Sequence[str]) -> StorageUri:
 
 
 def check_model_name(name: str, *, uri: str) -> None:
-    """Refuse model names that are not a single safe path component."""
-    if not _MODEL_NAME.fullmatch(name) or name in {".", ".."}:
-        raise StorageNotAllowedError(
-            uri=uri,
-            reason=f"model name {name!r} is not allowed: use letters, digits, '_', '-' and '.'",
-        )
+    """Refuse model names that break the one naming rule (``data_plane.names``)."""
+    problem = model_name_problem(name)
+    if problem is not None:
+        raise StorageNotAllowedError(uri=uri, reason=problem)
 
 
 def relative_key(key: str, prefix: str, *, uri: str) -> str:

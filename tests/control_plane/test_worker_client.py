@@ -140,3 +140,27 @@ async def test_unreachable_worker_is_an_upstream_error():
         await client.unload(WORKER, "m")
     assert not await client.is_live("http://worker")
     await client.close()
+
+
+async def test_a_name_is_one_path_segment_in_every_worker_url():
+    """Registration refuses such names now; one stored before must still not become
+    another path or a query on the worker."""
+    worker = Worker({"cache": "local", "bytes_fetched": 0, "fetch_s": 0.0})
+    raw: list[bytes] = []
+    handle = worker.handler()
+
+    def record(request: httpx.Request) -> httpx.Response:
+        raw.append(request.url.raw_path)
+        return handle(request)
+
+    client = WorkerClient(
+        load_timeout_s=5, unload_timeout_s=5, transport=httpx.MockTransport(record)
+    )
+    name = "a/b?c#d e"
+    await client.load(WORKER, ModelRecord(name=name, storage_uri="/m"))
+    await client.unload(WORKER, name)
+    await client.close()
+    assert raw == [
+        b"/v2/repository/models/a%2Fb%3Fc%23d%20e/load",
+        b"/v2/repository/models/a%2Fb%3Fc%23d%20e/unload",
+    ]

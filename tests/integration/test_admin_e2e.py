@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from tests.integration.test_platform_e2e import (
+    AUTH,
     SIZES,
     Platform,
     admin_get,
@@ -52,3 +53,29 @@ async def test_a_local_folder_activation_says_local(platform: Platform, client: 
     assert timeline["cache"] == "local"
     assert timeline["bytes_fetched"] == 0
     assert "fetched" in [p["phase"] for p in timeline["phases"]]
+
+
+async def test_a_dotted_name_loads_and_serves(platform: Platform, client: httpx.AsyncClient):
+    model_dir = write_onnx_mlp(platform.models_dir, "mlp.v1", SIZES, seed=12)
+    await register(client, platform, model_dir)
+    x = mlp_input(12)
+    assert_mlp_answer(await infer(client, platform, "mlp.v1", x), model_dir, x)
+    (timeline,) = (await admin_get(client, platform, "/models/mlp.v1/activations"))["activations"]
+    assert timeline["outcome"] == "ready"
+
+
+async def test_a_name_no_worker_could_load_is_refused_at_registration(
+    platform: Platform, client: httpx.AsyncClient
+):
+    model_dir = write_onnx_mlp(platform.models_dir, "plain", SIZES, seed=13)
+    refused = ("a?b", "a#b", "a%2Fb", "a b", "a\x01b", "x" * 255)
+    for name in refused:
+        response = await client.post(
+            f"{platform.admin}/admin/v1/models",
+            json={"name": name, "storage_uri": str(model_dir)},
+            headers=AUTH,
+        )
+        assert response.status_code == 422, (name, response.text)
+        assert response.json()["fields"] == ["name"]
+    listed = {m["name"] for m in (await admin_get(client, platform, "/models"))["models"]}
+    assert not listed & set(refused)
