@@ -44,6 +44,9 @@ _ENUM_VALUE = re.compile(r'("(?:data_type|kind|timeout_action|format|priority)"\
 
 MODEL_NAME_MAX_LENGTH: Final = 255
 
+_VERSION: Final = re.compile(r"[0-9]+")
+"""A version as it appears in a folder name or a URL: ASCII digits only."""
+
 
 class ConfigError(ValueError):
     """A model configuration that cannot be parsed or breaks Triton's rules."""
@@ -107,6 +110,15 @@ def check_file_name(value: str, *, field: str) -> None:
         raise ConfigError(
             f"'{field}' must be the name of a file in the version folder, not a path: {value!r}"
         )
+
+
+def is_version(text: str) -> bool:
+    """Whether ``text`` spells a version number: ASCII digits only.
+
+    ``str.isdigit`` also accepts other scripts' digits (``'١'``, ``'１'``) and superscripts
+    (``'³'``, which ``int`` refuses), so ``'１'`` would name version 1.
+    """
+    return _VERSION.fullmatch(text) is not None
 
 
 def read_config_file(model_dir: Path) -> ModelConfig | None:
@@ -301,7 +313,7 @@ def versions_to_load(model_dir: Path, config: ModelConfig) -> list[int]:
         int(entry.name)
         for entry in model_dir.iterdir()
         if entry.is_dir()
-        and entry.name.isdigit()
+        and is_version(entry.name)
         and (entry.name == "0" or not entry.name.startswith("0"))
     )
     policy = config.version_policy

@@ -473,7 +473,9 @@ class ModelRepository:
             else:
                 config = model_config.read_config_file(model_dir) or ModelConfig()
             config.name = config.name or name
-            version_dirs = [p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()]
+            version_dirs = [
+                p for p in model_dir.iterdir() if p.is_dir() and model_config.is_version(p.name)
+            ]
             if not version_dirs:
                 raise model_config.ConfigError(
                     "at least one version must be available under the version policy of "

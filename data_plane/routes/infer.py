@@ -21,6 +21,7 @@ from data_plane import inference
 from data_plane.compression import choose_response_encoding, decode_body_off_loop, encode_body
 from data_plane.errors import ServerStoppingError, ZeroserveError
 from data_plane.http_errors import from_error
+from data_plane.model_config import is_version
 from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
 from data_plane.routes.body import ClientDisconnectedError, read_asgi_body
 from data_plane.state import ServerState
@@ -41,7 +42,7 @@ def match_infer_path(path: str) -> tuple[str, int | None] | None:
     parts = path[len(_PREFIX) : -len(_SUFFIX)].split("/")
     if len(parts) == 1 and parts[0]:
         return parts[0], None
-    if len(parts) == 3 and parts[0] and parts[1] == "versions" and parts[2].isdigit():
+    if len(parts) == 3 and parts[0] and parts[1] == "versions" and is_version(parts[2]):
         return parts[0], int(parts[2])
     return None
 

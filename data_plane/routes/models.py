@@ -16,15 +16,16 @@ from data_plane.errors import (
     NotFoundError,
     UnknownModelError,
 )
+from data_plane.model_config import is_version
 from data_plane.repository import LoadedVersion, ModelRepository
 
 
 def path_version(request: Request) -> int | None:
-    """The ``{version}`` path segment: digits only, as Triton's route regex requires."""
+    """The ``{version}`` path segment: ASCII digits only, as Triton's route regex requires."""
     raw = request.path_params.get("version")
     if raw is None:
         return None
-    if not raw.isdigit():
+    if not is_version(raw):
         raise HTTPException(404)
     return int(raw)
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from data_plane.model_config import is_version
 from data_plane.storage.errors import StorageNotFoundError
 from data_plane.storage.pins import PIN_FILENAME, try_exclusive
 
@@ -174,7 +175,7 @@ def fsync_dir(folder: Path) -> None:
 
 def check_model_layout(relatives: Iterable[str], *, uri: str) -> None:
     """Refuse a folder that holds no model: no numeric version folder with a file in it."""
-    if not any("/" in relative and relative.split("/", 1)[0].isdigit() for relative in relatives):
+    if not any("/" in relative and is_version(relative.split("/", 1)[0]) for relative in relatives):
         raise StorageNotFoundError(
             uri=uri,
             reason="no model here: expected a Triton model folder (config.pbtxt and numeric "

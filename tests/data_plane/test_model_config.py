@@ -235,3 +235,10 @@ def test_default_model_filename_must_be_a_plain_file_name(filename: str):
 def test_a_plain_default_model_filename_is_accepted():
     config = model_config.parse_pbtxt('default_model_filename: "net-v2.onnx"')
     assert config.default_model_filename == "net-v2.onnx"
+
+
+def test_versions_to_load_ignores_folders_named_with_other_digits(tmp_path: Path):
+    model_dir = _versions(tmp_path, "1", "１", "³", "١٢")
+    config = model_config.parse_pbtxt("version_policy { all {} }")
+    model_config.normalize(config, name="m", gpu_count=0)
+    assert model_config.versions_to_load(model_dir, config) == [1]
