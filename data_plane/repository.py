@@ -387,7 +387,9 @@ class ModelRepository:
         try:
             cached, fetched = await self._fetch(name, storage_uri)
             try:
-                plan = await asyncio.to_thread(self._plan_load, name, config_override, cached)
+                plan = await asyncio.to_thread(
+                    self._plan_load, name, config_override, cached, storage_uri is not None
+                )
             except BaseException:
                 cached.unpin()
                 raise
@@ -462,8 +464,20 @@ class ModelRepository:
             cache = "hit"
         return cached, FetchReport(cache, cached.fetched_bytes, time.monotonic() - started)
 
-    def _plan_load(self, name: str, config_override: str | None, cached: CachedModel) -> _LoadPlan:
-        """Read and complete the config and pick versions (blocking: runs in a thread)."""
+    def _plan_load(
+        self,
+        name: str,
+        config_override: str | None,
+        cached: CachedModel,
+        is_named_by_load: bool,
+    ) -> _LoadPlan:
+        """Read and complete the config and pick versions (blocking: runs in a thread).
+
+        ``is_named_by_load``: the model comes by storage URI, so the load's name is its name
+        whatever its stored config.pbtxt says (the platform registers a folder under a name
+        of its own; in a repository the folder's name and the config's must agree, as in
+        Triton).
+        """
         model_dir = cached.path
         if not model_dir.is_dir():
             raise ModelLoadError(model=name, reason="failed to poll from model repository")
@@ -472,6 +486,8 @@ class ModelRepository:
                 config = model_config.parse_json(config_override)
             else:
                 config = model_config.read_config_file(model_dir) or ModelConfig()
+            if is_named_by_load and config_override is None:
+                config.name = name
             config.name = config.name or name
             version_dirs = [
                 p for p in model_dir.iterdir() if p.is_dir() and model_config.is_version(p.name)

@@ -79,3 +79,18 @@ async def test_a_name_no_worker_could_load_is_refused_at_registration(
         assert response.json()["fields"] == ["name"]
     listed = {m["name"] for m in (await admin_get(client, platform, "/models"))["models"]}
     assert not listed & set(refused)
+
+
+async def test_a_folder_registered_under_another_name_is_served_under_it(
+    platform: Platform, client: httpx.AsyncClient
+):
+    # The folder and its config.pbtxt say "exported"; the registration's name wins.
+    model_dir = write_onnx_mlp(platform.models_dir, "exported", SIZES, seed=14)
+    response = await client.post(
+        f"{platform.admin}/admin/v1/models",
+        json={"name": "served-as", "storage_uri": str(model_dir)},
+        headers=AUTH,
+    )
+    assert response.status_code == 201, response.text
+    x = mlp_input(14)
+    assert_mlp_answer(await infer(client, platform, "served-as", x), model_dir, x)
