@@ -85,13 +85,23 @@ def parse_json(text: str | bytes) -> ModelConfig:
 
 
 def check_fields(config: ModelConfig) -> None:
-    """Refuse fields that would reach outside the model's folder.
+    """Refuse fields that would reach outside the model's folder, or that zeroserve ignores.
 
     Checked when a config is parsed, before any field is used to find a file: a config can
     come from anyone who may write to the model store or call the load or admin API.
     """
     if config.default_model_filename:
         check_file_name(config.default_model_filename, field="default_model_filename")
+    if config.model_operations.op_library_filename:
+        raise ConfigError(
+            "'model_operations.op_library_filename' is not supported by zeroserve: custom "
+            "operation libraries are not loaded"
+        )
+    if "EXECUTION_ENV_PATH" in config.parameters:
+        raise ConfigError(
+            "parameter 'EXECUTION_ENV_PATH' is not supported by zeroserve: model.py runs in "
+            "the worker's own Python environment"
+        )
 
 
 def check_file_name(value: str, *, field: str) -> None:

@@ -237,6 +237,30 @@ def test_a_plain_default_model_filename_is_accepted():
     assert config.default_model_filename == "net-v2.onnx"
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            'model_operations { op_library_filename: "/opt/ops/libcustom.so" }',
+            "'model_operations.op_library_filename' is not supported",
+            id="op-library",
+        ),
+        pytest.param(
+            'backend: "python" parameters { key: "EXECUTION_ENV_PATH" '
+            'value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }',
+            "parameter 'EXECUTION_ENV_PATH' is not supported",
+            id="execution-env",
+        ),
+    ],
+)
+def test_unsupported_fields_are_refused_not_ignored(text: str, message: str):
+    with pytest.raises(ConfigError, match=message):
+        model_config.parse_pbtxt(text)
+    as_json = json.dumps(model_config.to_json(text_format.Parse(text, ModelConfig())))
+    with pytest.raises(ConfigError, match=message):
+        model_config.parse_json(as_json)
+
+
 def test_versions_to_load_ignores_folders_named_with_other_digits(tmp_path: Path):
     model_dir = _versions(tmp_path, "1", "１", "³", "١٢")
     config = model_config.parse_pbtxt("version_policy { all {} }")

@@ -1,5 +1,7 @@
 """Model files stay inside the model's folder: a config's file name or a symlinked version
-folder must not make a worker import or open a file outside the allowed storage roots.
+folder must not make a worker import or open a file outside the allowed storage roots, and
+files zeroserve does not load (custom op libraries, Python environments) are refused, not
+silently ignored.
 
 Each test loads through the data plane's HTTP API, in process, with the real repository,
 node cache and runtimes.
@@ -115,3 +117,33 @@ async def test_a_version_folder_linked_outside_the_repository_is_refused(tmp_pat
             assert "outside the allowed root" in response.json()["error"]
             assert (await server.client.get(f"/v2/models/{name}/versions/1/ready")).is_error
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param(
+            {"model_operations": {"op_library_filename": ["libcustom.so"]}},
+            "'model_operations.op_library_filename' is not supported",
+            id="op-library",
+        ),
+        pytest.param(
+            {"parameters": {"EXECUTION_ENV_PATH": {"string_value": "env.tar.gz"}}},
+            "parameter 'EXECUTION_ENV_PATH' is not supported",
+            id="execution-env",
+        ),
+    ],
+)
+async def test_files_zeroserve_does_not_load_are_refused_at_load(
+    tmp_path: Path, fields: dict[str, object], message: str
+) -> None:
+    repo = tmp_path / "repo"
+    write_python_model(repo, "m")
+    config = json.dumps({"backend": "python", **fields})
+
+    async with llm_app(repo, tmp_path / "cache", models=()) as server:
+        response = await _load(server.client, "m", config)
+
+        assert response.status_code == 400
+        assert message in response.json()["error"]
+        assert (await server.client.get("/v2/models/m/ready")).status_code != 200
