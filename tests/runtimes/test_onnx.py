@@ -476,3 +476,43 @@ async def test_a_version_folder_linked_outside_the_model_folder_is_refused(
 
     with pytest.raises(ModelLoadError, match="outside the model folder"):
         await load_runtime(OnnxRuntime, model_dir, version=1)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("spelling", ["absolute", "dot-dot"])
+@pytest.mark.parametrize("has_engine_cache", [False, True], ids=["no-cache", "engine-cache"])
+async def test_external_weights_outside_the_version_folder_are_refused(
+    tmp_path: Path, spelling: str, has_engine_cache: bool
+) -> None:
+    # ONNX Runtime checks this itself (since its 2025-12 fix, microsoft/onnxruntime#26776);
+    # the test keeps that guarantee from going away with an older engine.
+    secret = tmp_path / "outside" / "secret.bin"
+    secret.parent.mkdir()
+    secret.write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    weights = onnx.TensorProto(name="W", data_type=onnx.TensorProto.FLOAT, dims=[4])
+    weights.data_location = onnx.TensorProto.EXTERNAL
+    location = str(secret) if spelling == "absolute" else "../../../outside/secret.bin"
+    for key, value in (("location", location), ("length", "16")):
+        weights.external_data.add(key=key, value=value)
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["INPUT0", "W"], ["OUTPUT0"])],
+        "leak",
+        [helper.make_tensor_value_info("INPUT0", onnx.TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("OUTPUT0", onnx.TensorProto.FLOAT, [4])],
+        [weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
+    model.ir_version = ONNX_IR_VERSION
+    model_dir = tmp_path / "repo" / "leak"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    config = mc.ModelConfig(name="leak", backend="onnxruntime")
+    config.instance_group.add(count=1, kind=mc.ModelInstanceGroup.KIND_CPU)
+
+    with pytest.raises(ModelLoadError, match="[Ee]xternal data"):
+        await load_runtime(
+            OnnxRuntime,
+            model_dir,
+            config=config,
+            options=RuntimeOptions(cache_dir=tmp_path / "cache" if has_engine_cache else None),
+        )
