@@ -179,7 +179,9 @@ class Platform:
             extra_env["ZEROSERVE_ALLOWED_STORAGE"] = ",".join(settings.allowed_storage)
         backend = self._backend = self._create_backend(relay, repository, extra_env)
         workers = WorkerClient(
-            load_timeout_s=settings.load_timeout_s, unload_timeout_s=settings.unload_timeout_s
+            load_timeout_s=settings.load_timeout_s,
+            unload_timeout_s=settings.unload_timeout_s,
+            allow_model_code=settings.allow_model_code,
         )
         holder = f"control-plane-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         lease = Lease(
@@ -235,6 +237,7 @@ class Platform:
             registry=registry,
             acting=lease,
             allowed_storage=settings.allowed_storage,
+            allow_model_code=settings.allow_model_code,
         )
         loops: list[asyncio.Task[None]] = []
         admin_server = public_server = None

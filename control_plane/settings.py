@@ -57,6 +57,11 @@ class ControlPlaneSettings(BaseSettings):
         ),
     )
     """Storage roots models may be registered from (``s3://bucket/prefix``, ``/abs/dir``)."""
+    allow_model_code: bool = False
+    """Register models that are code the workers run (Python-backend ``model.py``, PyTorch
+    TorchScript and ``torch.export`` programs); off, the admin API refuses them with 422
+    and workers are told to refuse such files at load. ``zeroserve up`` turns it on unless
+    it is set."""
     worker_repository: Path | None = None
     """The ``--model-repository`` local workers start with; None: an empty folder in the
     cache dir (models then come only from their storage URIs)."""

@@ -47,9 +47,12 @@ class LoadReport:
     unknown."""
 
 
-def load_body(model: ModelRecord) -> dict[str, Any]:
-    """The repository-API load request for ``model``."""
+def load_body(model: ModelRecord, *, allow_model_code: bool = True) -> dict[str, Any]:
+    """The repository-API load request for ``model``; ``allow_model_code`` False asks the
+    worker to refuse a model that is code, whatever its files say."""
     parameters: dict[str, Any] = {"storage_uri": model.storage_uri}
+    if not allow_model_code:
+        parameters["allow_model_code"] = False
     if model.config is not None:
         config = dict(model.config)
         config.setdefault("name", model.name)
@@ -109,8 +112,10 @@ class WorkerClient:
         *,
         load_timeout_s: float,
         unload_timeout_s: float,
+        allow_model_code: bool = True,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        self._allow_model_code = allow_model_code
         self._load_timeout = httpx.Timeout(5.0, read=load_timeout_s)
         self._unload_timeout = httpx.Timeout(5.0, read=unload_timeout_s)
         self._http = httpx.AsyncClient(
@@ -127,7 +132,7 @@ class WorkerClient:
         try:
             response = await self._http.post(
                 f"{worker.url}/v2/repository/models/{_segment(model.name)}/load",
-                json=load_body(model),
+                json=load_body(model, allow_model_code=self._allow_model_code),
                 timeout=self._load_timeout,
             )
         except httpx.HTTPError as exc:

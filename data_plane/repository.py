@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_plane import model_config
+from data_plane import model_code, model_config
 from data_plane.batcher import Batcher, BatchPolicy
 from data_plane.datatypes import protocol_from_config
 from data_plane.errors import (
@@ -277,6 +277,7 @@ class ModelRepository:
         *,
         config_override: str | None = None,
         storage_uri: str | None = None,
+        allow_model_code: bool = True,
     ) -> FetchReport:
         """Load (or reload) ``name``; returns when every selected version is READY, with
         where its files came from.
@@ -285,6 +286,8 @@ class ModelRepository:
         default, from the repository; either way through the node cache. A load of a model
         that is already loading joins that load (and reports its fetch). Loading an unchanged
         model again is a no-op; a changed one is rebuilt while the old versions serve.
+        ``allow_model_code`` False refuses a model that is code (``model_code``), whatever
+        its config or its files say.
         """
         try:
             model_config.validate_model_name(name)
@@ -295,7 +298,12 @@ class ModelRepository:
             entry = self._entries[name] = _Entry(name=name)
         while entry.task is not None and not entry.task.done():
             running = entry.task
-            if entry.task_is_load and config_override is None and storage_uri is None:
+            if (
+                entry.task_is_load
+                and config_override is None
+                and storage_uri is None
+                and allow_model_code
+            ):
                 # Join the load in progress: its outcome is ours.
                 joined = await asyncio.shield(running)
                 assert joined is not None  # a load's task returns its report
@@ -304,7 +312,7 @@ class ModelRepository:
             with contextlib.suppress(Exception):
                 await asyncio.shield(running)
         task = asyncio.create_task(
-            self._load(entry, config_override, storage_uri), name=f"load-{name}"
+            self._load(entry, config_override, storage_uri, allow_model_code), name=f"load-{name}"
         )
         entry.task, entry.task_is_load = task, True
         return await asyncio.shield(task)
@@ -380,7 +388,11 @@ class ModelRepository:
             await asyncio.to_thread(spares.close)
 
     async def _load(
-        self, entry: _Entry, config_override: str | None, storage_uri: str | None
+        self,
+        entry: _Entry,
+        config_override: str | None,
+        storage_uri: str | None,
+        allow_model_code: bool,
     ) -> FetchReport:
         name = entry.name
         started = time.monotonic()
@@ -388,7 +400,12 @@ class ModelRepository:
             cached, fetched = await self._fetch(name, storage_uri)
             try:
                 plan = await asyncio.to_thread(
-                    self._plan_load, name, config_override, cached, storage_uri is not None
+                    self._plan_load,
+                    name,
+                    config_override,
+                    cached,
+                    storage_uri is not None,
+                    allow_model_code,
                 )
             except BaseException:
                 cached.unpin()
@@ -470,6 +487,7 @@ class ModelRepository:
         config_override: str | None,
         cached: CachedModel,
         is_named_by_load: bool,
+        allow_model_code: bool,
     ) -> _LoadPlan:
         """Read and complete the config and pick versions (blocking: runs in a thread).
 
@@ -499,6 +517,12 @@ class ModelRepository:
                 )
             newest = max(version_dirs, key=lambda p: int(p.name))
             runtime_class = runtime_class_for(config, newest)
+            # Before anything reads the model's files as code (complete_config may).
+            if not allow_model_code and model_code.runs_model_code(runtime_class):
+                raise model_config.ConfigError(
+                    f"model '{name}' is code ({runtime_class.kind} backend) and this load "
+                    "does not allow model code"
+                )
             if not config.backend and not config.platform:
                 config.backend = runtime_class.kind
             runtime_class.complete_config(newest, config)

@@ -94,6 +94,13 @@ def runtime_class_for(config: ModelConfig, version_dir: Path | None) -> type[Mod
     return runtime
 
 
+def named_runtime_class(config: ModelConfig) -> type[ModelRuntime] | None:
+    """The runtime class ``config``'s ``backend`` or ``platform`` names; None when it names
+    neither. Looks at no file and needs no engine installed; raises ValueError as
+    :func:`runtime_class_for` does for unknown or disagreeing names."""
+    return _from_config(config)
+
+
 def _from_config(config: ModelConfig) -> type[ModelRuntime] | None:
     by_backend = by_platform = None
     if config.backend:

@@ -175,6 +175,10 @@ def _up(args: argparse.Namespace) -> int:
 
     try:
         settings, generated = ensure_admin_token(_control_plane_settings(args))
+        if "allow_model_code" not in settings.model_fields_set:
+            # One machine, its own user: models are code as in `zeroserve serve`. A cluster
+            # control plane keeps the default (off) until its operator allows it.
+            settings = settings.model_copy(update={"allow_model_code": True})
         overrides: dict[str, object] = {"state_url": settings.state_url}
         if args.host is not None:
             overrides["host"] = args.host

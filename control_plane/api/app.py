@@ -38,6 +38,7 @@ class AdminState(TypedDict):
     registry: CollectorRegistry
     acting: Acting
     allowed_storage: tuple[str, ...]
+    allow_model_code: bool
     openapi: dict[str, object]
 
 
@@ -58,10 +59,12 @@ def create_app(
     registry: CollectorRegistry,
     acting: Acting,
     allowed_storage: Sequence[str],
+    allow_model_code: bool = False,
 ) -> Starlette:
     """The admin app over ``service``; every ``/admin/v1`` path but the OpenAPI document
     needs ``Authorization: Bearer <token>``. ``/metrics`` and ``/healthz`` are open (the
-    admin port binds to loopback unless told otherwise)."""
+    admin port binds to loopback unless told otherwise). ``allow_model_code`` False refuses
+    registrations whose backend, platform or config make the model code."""
     document = openapi_document()
 
     @contextlib.asynccontextmanager
@@ -72,6 +75,7 @@ def create_app(
                 registry=registry,
                 acting=acting,
                 allowed_storage=tuple(allowed_storage),
+                allow_model_code=allow_model_code,
                 openapi=document,
             )
         finally:

@@ -50,7 +50,10 @@ async def _body(request: Request) -> dict[str, Any]:
 
 
 def _validate(model: type[_T], doc: dict[str, Any], request: Request) -> _T:
-    context = {"allowed_storage": request.state.allowed_storage}
+    context = {
+        "allowed_storage": request.state.allowed_storage,
+        "allow_model_code": request.state.allow_model_code,
+    }
     try:
         return model.model_validate(doc, context=context)
     except ValidationError as exc:

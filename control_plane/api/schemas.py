@@ -2,8 +2,10 @@
 
 Requests are validated against these (unknown fields are errors, so a typo is reported, not
 ignored); ``storage_uri`` is checked against the allowed storage roots passed in the
-validation context (``{"allowed_storage": [...]}``). The OpenAPI document is generated from
-the same models (``openapi.py``).
+validation context (``{"allowed_storage": [...]}``), and a ``backend``, ``platform`` or
+``config`` that makes the model code (``data_plane.model_code``) is refused when the context
+says ``{"allow_model_code": False}``. The OpenAPI document is generated from the same models
+(``openapi.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydantic import (
 )
 
 from control_plane.errors import SchemaValidationError
-from data_plane import model_config, names
+from data_plane import model_code, model_config, names
 from data_plane.storage.errors import StorageNotAllowedError
 from data_plane.storage.uris import parse_storage_uri
 
@@ -44,6 +46,8 @@ __all__ = [
     "WorkerList",
     "WorkerView",
     "check_config",
+    "check_config_code",
+    "check_model_code",
     "check_storage_uri",
     "merge_scaling",
     "schema_error",
@@ -137,6 +141,42 @@ def check_config(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
+def _refuse_model_code(info: ValidationInfo, *, backend: str = "", platform: str = "") -> None:
+    context = info.context
+    if not isinstance(context, dict) or context.get("allow_model_code", True):
+        return
+    kind = model_code.named_code_backend(backend=backend, platform=platform)
+    if kind is not None:
+        raise ValueError(
+            f"'{kind}' models are code that the workers run, and this control plane does not "
+            "register model code; its operator can allow it with "
+            "ZEROSERVE_CONTROL_PLANE_ALLOW_MODEL_CODE=true"
+        )
+
+
+def check_model_code(value: str | None, info: ValidationInfo) -> str | None:
+    """Refuse a ``backend`` or ``platform`` naming a runtime whose models are code, when
+    the validation context does not allow model code."""
+    if value:
+        if info.field_name == "platform":
+            _refuse_model_code(info, platform=value)
+        else:
+            _refuse_model_code(info, backend=value)
+    return value
+
+
+def check_config_code(value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+    """As :func:`check_model_code`, for the ``backend`` and ``platform`` of a ``config``."""
+    if value is not None:
+        backend, platform = value.get("backend"), value.get("platform")
+        _refuse_model_code(
+            info,
+            backend=backend if isinstance(backend, str) else "",
+            platform=platform if isinstance(platform, str) else "",
+        )
+    return value
+
+
 class ModelCreate(_Strict):
     """``POST /admin/v1/models``: register a model."""
 
@@ -170,6 +210,8 @@ class ModelCreate(_Strict):
 
     _storage_uri = field_validator("storage_uri")(check_storage_uri)
     _config = field_validator("config")(check_config)
+    _code = field_validator("backend", "platform")(check_model_code)
+    _config_code = field_validator("config")(check_config_code)
 
     @model_validator(mode="after")
     def _config_name(self) -> Self:
@@ -195,6 +237,8 @@ class ModelPatch(_Strict):
 
     _storage_uri = field_validator("storage_uri")(check_storage_uri)
     _config = field_validator("config")(check_config)
+    _code = field_validator("backend", "platform")(check_model_code)
+    _config_code = field_validator("config")(check_config_code)
 
 
 def merge_scaling(current: dict[str, Any], patch: ScalingPatch | None) -> ScalingSpec | None:

@@ -8,6 +8,10 @@ in service without reading the weights again. Both answer 200 once done, 501 for
 that cannot sleep, and 404 when nothing of the model is loaded. The control plane's reaper
 sleeps idle LLMs with the first, and an activation wakes them with the second.
 
+A load may carry zeroserve's ``allow_model_code`` parameter (a boolean, default true):
+false refuses a model that is code (a Python-backend ``model.py``, a PyTorch program), which
+the control plane sends unless its operator allows such models.
+
 A successful load answers 200 with ``{"cache": "hit" | "miss" | "local", "bytes_fetched",
 "fetch_s"}``: whether the node cache held the model's files, downloaded them, or read them
 in place from a local folder, for this load alone (Triton's body is empty).
@@ -67,6 +71,7 @@ async def load(request: Request) -> Response:
     parameters = _parameters(await _json_body(request))
     config: str | None = None
     storage_uri: str | None = None
+    allow_model_code = True
     for key, value in parameters.items():
         if key == "config":
             if not isinstance(value, str):
@@ -76,13 +81,20 @@ async def load(request: Request) -> Response:
             if not isinstance(value, str) or not value:
                 raise InvalidArgumentError("Invalid storage_uri: expected a non-empty string")
             storage_uri = value
+        elif key == "allow_model_code":
+            if not isinstance(value, bool):
+                raise InvalidArgumentError("Invalid allow_model_code: expected a boolean")
+            allow_model_code = value
         else:
             raise InvalidArgumentError(
                 f"Unrecognized load parameter '{key}' with type '{type(value).__name__}'"
             )
     repository: ModelRepository = request.state.repository
     fetched = await repository.load(
-        request.path_params["name"], config_override=config, storage_uri=storage_uri
+        request.path_params["name"],
+        config_override=config,
+        storage_uri=storage_uri,
+        allow_model_code=allow_model_code,
     )
     # Triton answers an empty body; Triton's clients read only the status, so the body can
     # say where the files came from (the control plane's cold-start timeline uses it).

@@ -4,6 +4,7 @@ is what a worker loads, and what the cold-start timeline reports is what the wor
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -94,3 +95,22 @@ async def test_a_folder_registered_under_another_name_is_served_under_it(
     assert response.status_code == 201, response.text
     x = mlp_input(14)
     assert_mlp_answer(await infer(client, platform, "served-as", x), model_dir, x)
+
+
+async def test_up_registers_model_code_unless_its_operator_says_no(
+    platform: Platform, client: httpx.AsyncClient, tmp_path: Path
+):
+    body = {"name": "code", "storage_uri": str(platform.models_dir), "backend": "python"}
+    allowed = await client.post(f"{platform.admin}/admin/v1/models", json=body, headers=AUTH)
+    assert allowed.status_code == 201, allowed.text
+    refusing = start_platform(tmp_path, "no-code", ZEROSERVE_CONTROL_PLANE_ALLOW_MODEL_CODE="false")
+    try:
+        body["storage_uri"] = str(refusing.models_dir)
+        refused = await client.post(f"{refusing.admin}/admin/v1/models", json=body, headers=AUTH)
+        assert refused.status_code == 422, refused.text
+        assert "ZEROSERVE_CONTROL_PLANE_ALLOW_MODEL_CODE" in refused.json()["error"]
+    finally:
+        refusing.stop()
+        leftovers = refusing.wait_workers_gone()
+        refusing.kill_leftovers()
+    assert not leftovers
