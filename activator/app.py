@@ -16,6 +16,7 @@ from starlette.middleware import Middleware
 from activator import http_errors
 from activator.buffer import Activate, Buffer
 from activator.errors import ZeroserveError
+from activator.health import StallPolicy
 from activator.metrics import ActivatorMetrics, BufferDepthCollector, RequestMetricsMiddleware
 from activator.placements import (
     ModelCatalog,
@@ -30,10 +31,15 @@ from activator.settings import ActivatorSettings
 from activator.state import ActivatorState, Lifecycle
 from activator.traffic import Traffic, TrafficSink
 from activator.upstream import UpstreamPool, UpstreamTimeouts
+from activator.watch import ReplicaWatch, probe_live
 from zeroserve.cloudwatch import CloudWatchPublisher, PutMetricDataSink
 from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
+
+_WATCH_TICK_S = 0.25
+"""How often the replica watch looks for stalled workers: a fraction of the stall setting's
+second, at the cost of summing the routing table's counters."""
 
 
 class ActivatorStore(PlacementSource, ModelSource, TrafficSink, Protocol):
@@ -50,9 +56,9 @@ def create_app(
     registry: CollectorRegistry | None = None,
 ) -> Starlette:
     """The activator app. Its lifespan builds the replica table, buffer, catalog, traffic
-    counter and the upstream connection pool, follows the store's placements and reports
-    traffic in the background, and at shutdown fails what still waits, stops both tasks,
-    sends a last traffic report and closes the pool.
+    counter and the upstream connection pool, follows the store's placements, reports
+    traffic and watches for stalled workers in the background, and at shutdown fails what
+    still waits, stops those tasks, sends a last traffic report and closes the pool.
 
     Parameters:
         settings: the activator's settings.
@@ -119,9 +125,22 @@ def create_app(
             activation_timeout_s=settings.activation_timeout_s,
             retry_after_s=settings.retry_after_s,
         )
+        watch = ReplicaWatch(
+            table,
+            view,
+            probe_live,
+            StallPolicy(
+                stall_after_s=settings.upstream_stall_s,
+                probe_interval_s=settings.upstream_probe_interval_s,
+            ),
+            probe_timeout_s=settings.upstream_probe_timeout_s,
+            tick_s=_WATCH_TICK_S,
+            observer=metrics,
+        )
         tasks = [
             asyncio.create_task(view.run(), name="activator-placements"),
             asyncio.create_task(traffic.run(), name="activator-traffic"),
+            asyncio.create_task(watch.run(), name="activator-replica-watch"),
         ]
         if publisher is not None:
             tasks.append(asyncio.create_task(publisher.run(), name="activator-cloudwatch"))
@@ -143,6 +162,7 @@ def create_app(
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await watch.close()
             view.close()
             await traffic.flush()
             await pool.aclose()

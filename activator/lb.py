@@ -22,6 +22,11 @@ class Replica:
     """Base URL of the worker's data plane, without a trailing slash."""
     in_flight: int = 0
     """Requests this activator has sent to the replica and not yet finished streaming."""
+    awaiting_head: int = 0
+    """Requests sent whose answer's head has not arrived yet."""
+    progress_at: float = 0.0
+    """Event-loop time of the last head from the replica, or of the request that found none
+    pending: how long the replica has kept its callers waiting (:mod:`activator.health`)."""
 
 
 def choose(replicas: Sequence[Replica], *, offset: int = 0) -> Replica | None:

@@ -9,7 +9,7 @@ so random names cannot grow the number of series.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -80,6 +80,13 @@ class ActivatorMetrics:
             ["model", "code"],
             registry=registry,
         )
+        self.replica_suspensions = Counter(
+            "zeroserve_activator_replica_suspensions_total",
+            "Replicas taken out of routing because their worker stopped answering (a liveness "
+            "probe after a stall failed), by model",
+            ["model"],
+            registry=registry,
+        )
         self.request_duration = Histogram(
             "zeroserve_activator_request_duration_seconds",
             "Time from a model request's arrival to the end of its response (time spent "
@@ -88,6 +95,11 @@ class ActivatorMetrics:
             buckets=_DURATION_BUCKETS_S,
             registry=registry,
         )
+
+    def replicas_suspended(self, models: Iterable[str]) -> None:
+        """Count one suspended replica of each of ``models``."""
+        for model in models:
+            self.replica_suspensions.labels(model).inc()
 
     def request_finished(self, *, model: str, status: int, duration_s: float) -> None:
         """Record one answered request."""

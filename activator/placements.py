@@ -94,6 +94,9 @@ class PlacementView:
     ``quarantine_s`` unless the store removed it meanwhile. Without the return, one refused
     connection to a healthy worker would hide it from this activator until the next resync,
     and its requests would wait for an activation the control plane sees no reason to do.
+    And :meth:`suspend`: every replica of a worker that stopped answering leaves the table
+    until :meth:`resume` (its liveness probe answers again); the store's events for it are
+    kept aside meanwhile, so a resume puts back what the store still places there.
 
     Parameters:
         source: the placement events and the full list on resync.
@@ -118,6 +121,8 @@ class PlacementView:
         self._quarantine_s = quarantine_s
         self._resubscribe_delay_s = resubscribe_delay_s
         self._quarantined: dict[tuple[str, str], tuple[str, asyncio.TimerHandle]] = {}
+        self._suspended: dict[str, dict[str, str]] = {}
+        """worker id -> {model: url}: the placements of a suspended worker."""
         self._synced = asyncio.Event()
 
     @property
@@ -164,6 +169,45 @@ class PlacementView:
         self._quarantined[key] = (replica.url, handle)
         self._listener.replica_removed(model, replica)
 
+    def suspend(self, worker_id: str) -> list[str]:
+        """Take every replica of ``worker_id`` out of the table until :meth:`resume`; the
+        models whose replica left (none if the worker had none, or was suspended)."""
+        if worker_id in self._suspended:
+            return []
+        taken: dict[str, str] = {}
+        for model in self._table.models():
+            replica = self._table.get(model, worker_id)
+            if replica is not None:
+                self._table.remove(model, replica)
+                taken[model] = replica.url
+                self._listener.replica_removed(model, replica)
+        if taken:
+            self._suspended[worker_id] = taken
+            logger.warning(
+                "worker %s stopped answering; its replicas of %s are out of routing",
+                worker_id,
+                ", ".join(sorted(taken)),
+                extra={"worker_id": worker_id},
+            )
+        return sorted(taken)
+
+    def resume(self, worker_id: str) -> None:
+        """Put back the replicas of a suspended ``worker_id`` that the store still places."""
+        placed = self._suspended.pop(worker_id, None)
+        if placed is None:
+            return
+        logger.info(
+            "worker %s answers again; its replicas are back in routing",
+            worker_id,
+            extra={"worker_id": worker_id},
+        )
+        for model, url in placed.items():
+            self._add(model, worker_id, url)
+
+    def suspended(self) -> dict[str, str]:
+        """Suspended worker id -> its URL (to probe)."""
+        return {worker: next(iter(placed.values())) for worker, placed in self._suspended.items()}
+
     def close(self) -> None:
         """Cancel pending returns from quarantine."""
         for _, handle in self._quarantined.values():
@@ -191,6 +235,9 @@ class PlacementView:
                     self._remove(model, replica.worker_id)
         for key in [k for k in self._quarantined if k not in wanted]:
             self._unquarantine(key)
+        for worker_id, placed in list(self._suspended.items()):
+            for model in [m for m in placed if (m, worker_id) not in wanted]:
+                self._unsuspend(model, worker_id)
         for (model, worker_id), url in wanted.items():
             if (model, worker_id) not in self._quarantined:
                 self._add(model, worker_id, url)
@@ -199,6 +246,11 @@ class PlacementView:
         url = url.rstrip("/")
         # The store announcing a quarantined replica again means the worker is back.
         self._unquarantine((model, worker_id))
+        placed = self._suspended.get(worker_id)
+        if placed is not None:
+            # Not for a suspended worker: the store cannot tell that it stopped answering.
+            placed[model] = url
+            return
         existing = self._table.get(model, worker_id)
         if existing is not None:
             if existing.url == url:
@@ -217,6 +269,7 @@ class PlacementView:
 
     def _remove(self, model: str, worker_id: str) -> None:
         self._unquarantine((model, worker_id))
+        self._unsuspend(model, worker_id)
         replica = self._table.get(model, worker_id)
         if replica is None:
             return
@@ -228,6 +281,13 @@ class PlacementView:
             extra={"model": model, "worker_id": worker_id},
         )
         self._listener.replica_removed(model, replica)
+
+    def _unsuspend(self, model: str, worker_id: str) -> None:
+        """Forget a suspended worker's placement of ``model``; with none left, the worker
+        (no longer this activator's business)."""
+        placed = self._suspended.get(worker_id)
+        if placed is not None and placed.pop(model, None) is not None and not placed:
+            del self._suspended[worker_id]
 
     def _unquarantine(self, key: tuple[str, str]) -> None:
         entry = self._quarantined.pop(key, None)

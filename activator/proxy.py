@@ -129,21 +129,26 @@ class Proxy:
         headers = _request_headers(scope["headers"])
         deadline: float | None = None
         is_retry = False
+        loop = asyncio.get_running_loop()
         while True:
             grant: Grant | None = None
             # While the model has a queue, new requests join it rather than overtake it.
             replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
             if replica is None:
                 if deadline is None:
-                    deadline = asyncio.get_running_loop().time() + self._activation_timeout_s
+                    deadline = loop.time() + self._activation_timeout_s
                 grant = await self._wait_in_buffer(model, receive, deadline, is_retry)
                 if grant is None:
                     return None
                 replica = grant.replica
             replica.in_flight += 1
+            if not replica.awaiting_head:
+                replica.progress_at = loop.time()
+            replica.awaiting_head += 1
             try:
                 upstream = await self._send(model, replica, method, target, headers, body)
             except _NotSentError:
+                replica.awaiting_head -= 1
                 replica.in_flight -= 1
                 # Forget first, so that giving the grant back cannot hand the same dead
                 # replica to the next waiter.
@@ -153,10 +158,13 @@ class Proxy:
                 is_retry = True
                 continue
             except BaseException:
+                replica.awaiting_head -= 1
                 replica.in_flight -= 1
                 if grant is not None:
                     grant.release()
                 raise
+            replica.awaiting_head -= 1
+            replica.progress_at = loop.time()
             if grant is not None:
                 waited_s = grant.responded()
                 if waited_s is not None:

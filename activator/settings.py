@@ -51,6 +51,14 @@ class ActivatorSettings(BaseSettings):
     replica_quarantine_s: float = Field(default=5.0, ge=0)
     """A replica that refused a connection is left out this long, unless the store removes
     it first; then it is tried again."""
+    upstream_stall_s: float = Field(default=1.0, gt=0)
+    """A worker with requests waiting this long for an answer's head, and no head from it
+    meanwhile, gets a liveness probe from the activator."""
+    upstream_probe_timeout_s: float = Field(default=2.0, gt=0)
+    """A liveness probe with no 200 within this long fails: the worker's replicas leave this
+    activator's routing until a probe succeeds (requests already sent keep waiting)."""
+    upstream_probe_interval_s: float = Field(default=1.0, gt=0)
+    """Least time between two probes of one worker, while it stalls or is out of routing."""
     model_cache_ttl_s: float = Field(default=2.0, ge=0)
     """How long a looked-up model name (known or unknown) is trusted without the store."""
     model_cache_max_entries: int = Field(default=10_000, gt=0)

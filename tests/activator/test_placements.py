@@ -233,6 +233,74 @@ async def test_close_cancels_returns_from_quarantine() -> None:
         assert v.workers("m") == []
 
 
+async def test_a_suspended_worker_leaves_routing_for_every_model_until_resumed() -> None:
+    store = FakeStore()
+    await store.add_placement(_placement("a", "w1"))
+    await store.add_placement(_placement("b", "w1"))
+    await store.add_placement(_placement("a", "w2", 9001))
+    async with _View(store) as v:
+        assert v.view.suspend("w1") == ["a", "b"]
+        assert v.view.suspend("w1") == []  # already out
+        assert v.view.suspend("w3") == []  # nothing there to take out
+        assert v.workers("a") == ["w2"]
+        assert v.workers("b") == []
+        assert v.view.suspended() == {"w1": "http://127.0.0.1:9000"}
+        assert ("removed", "a", "w1") in v.listener.events
+        assert ("removed", "b", "w1") in v.listener.events
+        v.view.resume("w1")
+        v.view.resume("w1")  # twice: nothing more
+        assert sorted(v.workers("a")) == ["w1", "w2"]
+        assert v.workers("b") == ["w1"]
+        assert v.view.suspended() == {}
+
+
+async def test_the_store_cannot_put_a_suspended_worker_back() -> None:
+    store = FakeStore()
+    await store.add_placement(_placement("a", "w1"))
+    async with _View(store) as v:
+        v.view.suspend("w1")
+        # Announced again (a new model, a resync): kept aside, not routed.
+        await store.add_placement(_placement("c", "w1"))
+        store.publish(PlacementEvent(PlacementEventKind.RESYNC))
+        await settle()
+        assert v.workers("a") == []
+        assert v.workers("c") == []
+        v.view.resume("w1")
+        assert v.workers("a") == ["w1"]
+        assert v.workers("c") == ["w1"]
+
+
+async def test_placements_removed_while_suspended_do_not_come_back() -> None:
+    store = FakeStore()
+    await store.add_placement(_placement("a", "w1"))
+    await store.add_placement(_placement("b", "w1"))
+    async with _View(store) as v:
+        v.view.suspend("w1")
+        await store.remove_placement("a", "w1")
+        await settle()
+        assert v.view.suspended() == {"w1": "http://127.0.0.1:9000"}
+        del store.placements["b", "w1"]
+        store.publish(PlacementEvent(PlacementEventKind.RESYNC))
+        await settle()
+        # Nothing left there: the worker is no longer suspended (nor watched).
+        assert v.view.suspended() == {}
+        v.view.resume("w1")
+        assert v.table.models() == []
+
+
+async def test_a_quarantine_ending_on_a_suspended_worker_keeps_it_out() -> None:
+    store = FakeStore()
+    await store.add_placement(_placement("a", "w1"))
+    await store.add_placement(_placement("b", "w1"))
+    async with _View(store, quarantine_s=0) as v:
+        v.view.forget("a", v.table.replicas("a")[0])
+        assert v.view.suspend("w1") == ["b"]
+        await settle()  # the quarantine of a ends
+        assert v.table.models() == []
+        v.view.resume("w1")
+        assert sorted(v.table.models()) == ["a", "b"]
+
+
 # ---- ModelCatalog ----
 
 

@@ -560,3 +560,46 @@ async def test_a_full_connection_pool_is_503() -> None:
     assert busy.headers["retry-after"] == "1"
     assert busy.json() == {"error": "model 'm': every connection to its workers is busy"}
     assert hung_up.status_code == 502
+
+
+async def test_a_silent_only_replica_leaves_routing_and_new_requests_wait_in_the_buffer(
+    worker: ServerProcess,
+) -> None:
+    """A worker that takes requests and answers nothing (stopped) fails the liveness probe
+    its stall brings; requests not yet sent then wait for an activation instead of joining
+    the one stuck there, which keeps waiting for its own answer (here until its timeout)."""
+    store, activate = FakeStore(), RecordingActivate()
+    store.register("mlp")
+    row = _json_row(np.ones(16, dtype=np.float32))
+    async with _raw_upstream(_stay_silent) as silent:
+        await store.add_placement(Placement(model="mlp", worker_id="stopped", url=silent))
+        async with _activator(
+            store,
+            activate,
+            upstream_stall_s=0.1,
+            upstream_probe_timeout_s=0.2,
+            upstream_probe_interval_s=0.2,
+            upstream_read_timeout_s=10.0,
+        ) as client:
+            stuck = asyncio.create_task(client.post("/v2/models/mlp/infer", json=row))
+            later = asyncio.create_task(_after_suspension(client, row))
+            async with asyncio.timeout(WAIT_S):
+                await activate.called.wait()  # the later request found no replica
+            await store.add_placement(Placement(model="mlp", worker_id="live", url=worker.url))
+            later_response = await later
+            metrics = (await client.get("/metrics")).text
+            stuck_response = await stuck
+    assert later_response.status_code == 200
+    assert activate.calls == ["mlp"]
+    assert stuck_response.status_code == 504
+    assert 'zeroserve_activator_replica_suspensions_total{model="mlp"} 1.0' in metrics
+
+
+async def _after_suspension(client: httpx.AsyncClient, row: dict[str, object]) -> httpx.Response:
+    """A request sent once the stuck one has made the activator probe and suspend."""
+    async with asyncio.timeout(WAIT_S):
+        while True:  # polled: the suspension is visible only in the metrics
+            if "replica_suspensions_total{" in (await client.get("/metrics")).text:
+                break
+            await anyio.sleep(0.05)
+    return await client.post("/v2/models/mlp/infer", json=row)
