@@ -9,8 +9,10 @@ Every ``reaper_interval_s``, while this replica acts:
    way instead (the engine stays, asleep, until a request wakes it), and sleeping replicas
    are unloaded once the model has been idle for ``idle_timeout_s``.
 2. Replicas of models that are no longer registered are retired too, asleep or not.
-3. A worker with no replica, load or unload for ``pool_grace_period_s`` is stopped, except
-   that ``warm_workers`` empty workers are kept; the longest-empty ones go first.
+3. Empty workers (no replica, load or unload) beyond ``warm_workers`` are stopped once the
+   pool has had more empty workers than that for ``pool_grace_period_s`` in a row, each of
+   them empty that long too; the longest-empty ones go first, the most recently emptied
+   stay warm (see :func:`decide_workers`).
 4. While fewer than ``warm_workers`` workers are empty and the pool may grow, one more
    worker is started, so the next cold start skips the worker start.
 5. Workers in the store that this replica's backend does not run (another replica's local
@@ -27,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from control_plane.backends.base import PodBackend
@@ -38,9 +42,77 @@ from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreUnavailableError
 
-__all__ = ["Acting", "Activations", "Liveness", "Reaper", "ReplicaRetirer"]
+__all__ = [
+    "Acting",
+    "Activations",
+    "Liveness",
+    "PoolState",
+    "Reaper",
+    "ReplicaRetirer",
+    "WorkerDecision",
+    "decide_workers",
+]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolState:
+    """What :func:`decide_workers` remembers between sweeps."""
+
+    empty_since: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Worker id -> when it was first seen empty (it loses its entry once it holds work)."""
+    surplus_since: float | None = None
+    """Since when the pool has had more empty workers than ``warm_workers``; None: not now."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDecision:
+    """What one sweep does with the pool's workers."""
+
+    stop: tuple[str, ...] = ()
+    """Empty workers to stop."""
+    start: bool = False
+    """Start one more (empty, warm) worker."""
+
+
+def decide_workers(
+    idle: Sequence[str],
+    *,
+    workers: int,
+    starting: int,
+    warm_workers: int,
+    max_workers: int,
+    grace_s: float,
+    state: PoolState,
+    now: float,
+) -> tuple[WorkerDecision, PoolState]:
+    """Which empty workers to stop and whether to start a warm one, at monotonic ``now``.
+
+    ``idle`` are the pool's empty workers, ``workers`` all its workers, ``starting`` the
+    starts under way. A surplus of empty workers is only trimmed once it has lasted
+    ``grace_s``: when a model takes the warm worker, a replacement starts at once, and when
+    the model goes again there is one empty worker too many. Judged by each worker's own
+    empty time, the replacement (empty since it started) would be stopped at once, and the
+    model's next activation would start another, and so on; judged by how long the pool has
+    had the surplus, a model that comes back within the grace period finds the pool as it
+    left it, and nothing starts or stops.
+    """
+    empty_since = {w: state.empty_since.get(w, now) for w in idle}
+    surplus = len(idle) - warm_workers
+    surplus_since: float | None = None
+    stop: tuple[str, ...] = ()
+    if surplus > 0:
+        surplus_since = state.surplus_since if state.surplus_since is not None else now
+        if now - surplus_since >= grace_s:
+            # The longest-empty go first; the most recently emptied stay warm.
+            by_age = sorted(idle, key=lambda w: (empty_since[w], w))
+            stop = tuple(w for w in by_age[:surplus] if now - empty_since[w] >= grace_s)
+    start = len(idle) + starting < warm_workers and workers + starting < max_workers
+    return (
+        WorkerDecision(stop=stop, start=start),
+        PoolState(empty_since=MappingProxyType(empty_since), surplus_since=surplus_since),
+    )
 
 
 class ReplicaRetirer(Protocol):
@@ -110,8 +182,8 @@ class Reaper:
         self._wall = wall
         self._last_active: dict[str, float] = {}
         """model -> wall-clock time it was last seen with a request."""
-        self._empty_since: dict[str, float] = {}
-        """worker id -> monotonic time it was first seen empty."""
+        self._pool = PoolState()
+        """What the worker decisions remember between sweeps."""
         self._foreign_failures: dict[str, int] = {}
         """worker id -> failed probes in a row, for workers our backend does not run."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -244,27 +316,21 @@ class Reaper:
                 self._unload_sleeping(s, reason="idle")
 
     async def _reap_workers(self, placements: list[Placement]) -> None:
-        now = self._clock()
         workers = self._backend.list_workers(self._settings.pool)
-        idle = [w for w in workers if self._placer.is_idle(w.id, placements)]
-        idle_ids = {w.id for w in idle}
-        for worker_id in list(self._empty_since):
-            if worker_id not in idle_ids:
-                del self._empty_since[worker_id]
-        for worker in idle:
-            self._empty_since.setdefault(worker.id, now)
         self._metrics.workers.set(len(workers))
-        # The longest-empty workers go first; the most recently emptied stay warm.
-        by_age = sorted(idle, key=lambda w: self._empty_since[w.id])
-        surplus = len(by_age) - self._settings.warm_workers
-        for worker in by_age[: max(surplus, 0)]:
-            if now - self._empty_since[worker.id] >= self._settings.pool_grace_period_s:
-                self._stop(worker.id)
-        starting = sum(1 for key in self._tasks if key.startswith("start:"))
-        if (
-            len(idle) + starting < self._settings.warm_workers
-            and len(workers) + starting < self._settings.max_workers
-        ):
+        decision, self._pool = decide_workers(
+            [w.id for w in workers if self._placer.is_idle(w.id, placements)],
+            workers=len(workers),
+            starting=sum(1 for key in self._tasks if key.startswith("start:")),
+            warm_workers=self._settings.warm_workers,
+            max_workers=self._settings.max_workers,
+            grace_s=self._settings.pool_grace_period_s,
+            state=self._pool,
+            now=self._clock(),
+        )
+        for worker_id in decision.stop:
+            self._stop(worker_id)
+        if decision.start:
             self._run(f"start:{len(workers)}", self._start_warm())
 
     async def _reap_foreign_workers(self) -> None:
@@ -318,7 +384,6 @@ class Reaper:
 
     async def _stop_one(self, worker_id: str) -> None:
         if await self._placer.stop_worker_if_idle(worker_id):
-            self._empty_since.pop(worker_id, None)
             self._metrics.worker_stops.labels("idle").inc()
             logger.info("stopped idle worker %s", worker_id, extra={"worker": worker_id})
 

@@ -57,7 +57,16 @@ EXPORTS = {
         "ensure_admin_token",
         "serve",
     },
-    "control_plane.reaper": {"Acting", "Activations", "Liveness", "Reaper", "ReplicaRetirer"},
+    "control_plane.reaper": {
+        "Acting",
+        "Activations",
+        "Liveness",
+        "PoolState",
+        "Reaper",
+        "ReplicaRetirer",
+        "WorkerDecision",
+        "decide_workers",
+    },
     "control_plane.settings": {"AdminClientSettings", "ControlPlaneSettings"},
     "control_plane.worker_client": {
         "LoadReport",

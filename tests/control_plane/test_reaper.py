@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placer import Placer
-from control_plane.reaper import Reaper
+from control_plane.reaper import PoolState, Reaper, WorkerDecision, decide_workers
 from control_plane.records import (
     ModelRecord,
     Placement,
@@ -230,3 +230,133 @@ async def test_dead_workers_of_another_replica_are_removed():
         await s.sweep()
         assert {w.id for w in await s.store.list_workers()} == {"w1", "other-2"}
         assert {p.worker_id for p in await s.store.list_placements()} == {"w1", "other-2"}
+
+
+async def test_one_warm_worker_stays_stable_while_a_model_comes_and_goes():
+    """warm_workers=1, max_workers>1: a model that takes the warm worker gets a replacement
+    started; when it goes and comes back within the grace period, nothing more starts or
+    stops (the replacement used to be stopped at once and started again, every time)."""
+    async with Setup(pool_grace_period_s=10.0, warm_workers=1, max_workers=3) as s:
+        await s.sweep()
+        assert s.backend.started == ["w1"]
+        await s.place("m")
+        record = await s.store.get_model("m")
+        assert record is not None
+        for cycle in range(5):
+            if cycle:
+                await s.placer.place(record)
+            await s.sweep()
+            assert s.backend.started == ["w1", "w2"], cycle
+            s.mono.advance(IDLE_S + 1)
+            s.wall.advance(IDLE_S + 1)
+            await s.sweep()  # m idles out: two empty workers, one too many
+            for _ in range(3):  # back within the grace period
+                s.mono.advance(1)
+                s.wall.advance(1)
+                await s.sweep()
+            assert await s.placed() == set()
+        assert s.backend.started == ["w1", "w2"]
+        assert s.backend.stopped == []
+        assert s.workers.loads() == [("w1", "m")] * 5
+
+
+async def test_a_surplus_lasting_the_grace_period_stops_one_worker_then_stays():
+    async with Setup(pool_grace_period_s=10.0, warm_workers=1, max_workers=3) as s:
+        await s.sweep()
+        await s.place("m")
+        await s.sweep()  # the replacement warm worker starts
+        s.mono.advance(1)
+        await s.sweep()  # and is seen empty
+        s.mono.advance(IDLE_S + 1)
+        s.wall.advance(IDLE_S + 1)
+        await s.sweep()
+        await s.sweep()  # m gone: the surplus starts now
+        s.mono.advance(9)
+        await s.sweep()
+        assert s.backend.stopped == []
+        s.mono.advance(2)
+        await s.sweep()
+        # The replacement has been empty longest; the worker m used stays warm.
+        assert s.backend.stopped == ["w2"]
+        for _ in range(5):
+            s.mono.advance(30)
+            await s.sweep()
+        assert s.backend.started == ["w1", "w2"]
+        assert s.backend.stopped == ["w2"]
+        assert [w.id for w in s.backend.list_workers()] == ["w1"]
+
+
+def _decide(idle: list[str], state: PoolState, now: float, **pool: int) -> tuple[Any, PoolState]:
+    shape = {"workers": len(idle), "starting": 0, "warm_workers": 1, "max_workers": 3}
+    shape.update(pool)
+    return decide_workers(idle, grace_s=10.0, state=state, now=now, **shape)
+
+
+@pytest.mark.parametrize(
+    ("idle", "state", "now", "pool", "stop", "start"),
+    [
+        pytest.param([], PoolState(), 0.0, {}, (), True, id="no-empty-worker-starts-one"),
+        pytest.param([], PoolState(), 0.0, {"starting": 1}, (), False, id="one-starting"),
+        pytest.param([], PoolState(), 0.0, {"workers": 3}, (), False, id="at-max-workers-no-start"),
+        pytest.param(["a"], PoolState(), 0.0, {}, (), False, id="one-warm-is-enough"),
+        pytest.param(
+            ["a", "b"],
+            PoolState({"a": 0.0, "b": 50.0}, surplus_since=50.0),
+            55.0,
+            {},
+            (),
+            False,
+            id="surplus-younger-than-grace-stays",
+        ),
+        pytest.param(
+            ["a", "b"],
+            PoolState({"a": 0.0, "b": 50.0}, surplus_since=50.0),
+            60.0,
+            {},
+            ("a",),
+            False,
+            id="surplus-past-grace-longest-empty-goes",
+        ),
+        pytest.param(
+            ["a", "b"],
+            PoolState({"a": 0.0, "b": 0.0}),
+            100.0,
+            {},
+            (),
+            False,
+            id="surplus-just-seen-waits-its-grace",
+        ),
+        pytest.param(
+            ["a", "b", "c"],
+            PoolState({"a": 0.0, "b": 0.0, "c": 95.0}, surplus_since=0.0),
+            100.0,
+            {"warm_workers": 0},
+            ("a", "b"),
+            False,
+            id="each-stopped-worker-empty-for-the-grace-too",
+        ),
+    ],
+)
+def test_decide_workers(
+    idle: list[str],
+    state: PoolState,
+    now: float,
+    pool: dict[str, int],
+    stop: tuple[str, ...],
+    start: bool,
+):
+    decision, after = _decide(idle, state, now, **pool)
+    assert decision == WorkerDecision(stop=stop, start=start)
+    assert set(after.empty_since) == set(idle)
+
+
+def test_decide_workers_remembers_and_forgets():
+    _, state = _decide(["a", "b"], PoolState(), 5.0)
+    assert dict(state.empty_since) == {"a": 5.0, "b": 5.0}
+    assert state.surplus_since == 5.0
+    _, state = _decide(["a"], state, 7.0)  # b took work: no surplus, b forgotten
+    assert dict(state.empty_since) == {"a": 5.0}
+    assert state.surplus_since is None
+    decision, state = _decide(["a", "b"], state, 8.0)
+    assert state.surplus_since == 8.0 and state.empty_since["b"] == 8.0
+    assert decision.stop == ()

@@ -3,6 +3,7 @@ is what a worker loads, and what the cold-start timeline reports is what the wor
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from tests.integration.test_platform_e2e import (
     Platform,
     admin_get,
     assert_mlp_answer,
+    eventually,
     infer,
     mlp_input,
     register,
@@ -113,4 +115,52 @@ async def test_up_registers_model_code_unless_its_operator_says_no(
         refusing.stop()
         leftovers = refusing.wait_workers_gone()
         refusing.kill_leftovers()
+    assert not leftovers
+
+
+async def test_one_warm_worker_stays_while_a_model_is_loaded_and_unloaded(
+    client: httpx.AsyncClient, tmp_path: Path
+):
+    """Real processes, the reaper sweeping every 0.2 s: the warm worker a model takes gets
+    one replacement; once the model is unloaded, the pool has one empty worker too many, and
+    loading the model again within the grace period starts and stops nothing. (The
+    replacement, empty for longer than the grace period, used to be stopped at the first
+    sweep after the unload, and another started at the next load.)"""
+    grace_s = 10.0
+    running = start_platform(
+        tmp_path,
+        "warm",
+        ZEROSERVE_CONTROL_PLANE_WARM_WORKERS="1",
+        ZEROSERVE_CONTROL_PLANE_POOL_GRACE_PERIOD_S=str(grace_s),
+    )
+    try:
+        model_dir = write_onnx_mlp(running.models_dir, "comes-and-goes", SIZES, seed=15)
+        await register(client, running, model_dir)
+        seen: set[str] = set()
+
+        async def count_is(n: int) -> bool:
+            listed = (await admin_get(client, running, "/workers"))["workers"]
+            seen.update(w["id"] for w in listed)
+            return len(listed) == n
+
+        async def admin(action: str) -> None:
+            url = f"{running.admin}/admin/v1/models/comes-and-goes/{action}"
+            response = await client.post(url, headers=AUTH)
+            assert response.status_code == 200, response.text
+
+        await eventually(lambda: count_is(1), "the warm worker", running)
+        await admin("load")
+        await eventually(lambda: count_is(2), "a replacement warm worker", running)
+        await asyncio.sleep(grace_s + 1)  # the replacement has been empty past the grace
+        for _ in range(3):
+            await admin("unload")
+            await asyncio.sleep(1.0)  # five sweeps with one empty worker too many
+            assert await count_is(2)
+            await admin("load")
+            assert await count_is(2)
+        assert len(seen) == 2, seen
+    finally:
+        running.stop()
+        leftovers = running.wait_workers_gone()
+        running.kill_leftovers()
     assert not leftovers
