@@ -163,5 +163,7 @@ async def test_bursts_from_zero_under_cpu_load_are_all_answered(
     timelines = (await admin_get(client, platform, f"/models/{DEMO_MODEL}/activations"))[
         "activations"
     ]
-    assert len(timelines) == ROUNDS  # one cold start per burst: each started from zero
+    # Each burst started from zero; under load the client sends a burst over seconds, so
+    # the model may idle out and be revived mid-burst too (still nothing lost).
+    assert len(timelines) >= ROUNDS
     assert platform.stop(signal.SIGTERM) == 0
