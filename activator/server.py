@@ -6,12 +6,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-import uvicorn
 from starlette.types import ASGIApp
 
 from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
-from zeroserve.http import DrainingServer
+from zeroserve.http import DrainingServer, http_config
 
 logger = logging.getLogger(__name__)
 
@@ -20,12 +19,12 @@ def create_server(
     app: ASGIApp, settings: ActivatorSettings, lifecycle: Lifecycle
 ) -> DrainingServer:
     """A uvicorn server for ``app`` on ``settings.host:settings.port``."""
-    config = uvicorn.Config(
+    config = http_config(
         app,
+        settings,
         host=settings.host,
         port=settings.port,
         loop="auto",
-        http="auto",
         lifespan="on",
         access_log=False,
         log_config=None,

@@ -7,9 +7,15 @@ from typing import Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from zeroserve.http import ServerLimits
 
-class ActivatorSettings(BaseSettings):
-    """How one activator process runs. Environment: ``ZEROSERVE_ACTIVATOR_*``."""
+
+class ActivatorSettings(BaseSettings, ServerLimits):
+    """How one activator process runs. Environment: ``ZEROSERVE_ACTIVATOR_*``.
+
+    The public server's request limits are `ServerLimits`' (``max_header_bytes``,
+    ``max_headers``).
+    """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
 

@@ -53,6 +53,7 @@ from control_plane.store.base import StateStore
 from control_plane.store.factory import open_state_store
 from control_plane.worker_client import WorkerClient
 from zeroserve.cloudwatch import CloudWatchPublisher, PutMetricDataSink
+from zeroserve.http import ServerLimits, http_config
 
 if TYPE_CHECKING:
     from control_plane.backends.knative.settings import KnativeSettings
@@ -246,7 +247,7 @@ class Platform:
             await backend.ensure_pool(pool)
             await lease.renew()
             loops.append(asyncio.create_task(lease.run(), name="lease"))
-            admin_server = _server(admin_app, settings.admin_host, timeout_s=5)
+            admin_server = _server(admin_app, settings.admin_host, settings, timeout_s=5)
             admin_task = await _start(admin_server, admin_sock, "admin API")
             if self._activator_settings is not None and public_sock is not None:
                 from activator.app import create_app as create_activator_app
@@ -263,6 +264,7 @@ class Platform:
                 public_server = _server(
                     activator_app,
                     self._activator_settings.host,
+                    self._activator_settings,
                     timeout_s=self._activator_settings.exit_timeout_s,
                 )
                 public_task = await _start(public_server, public_sock, "activator")
@@ -353,9 +355,10 @@ def _url(sock: socket.socket) -> str:
     return f"http://{host}:{port}"
 
 
-def _server(app: ASGIApp, host: str, *, timeout_s: float) -> _Server:
-    config = uvicorn.Config(
+def _server(app: ASGIApp, host: str, limits: ServerLimits, *, timeout_s: float) -> _Server:
+    config = http_config(
         app,
+        limits,
         host=host,
         lifespan="on",
         log_config=None,

@@ -8,11 +8,15 @@ from typing import Annotated, Literal, Self
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from zeroserve.http import ServerLimits
+
 __all__ = ["AdminClientSettings", "ControlPlaneSettings"]
 
 
-class ControlPlaneSettings(BaseSettings):
+class ControlPlaneSettings(BaseSettings, ServerLimits):
     """How the control plane runs. Environment: ``ZEROSERVE_CONTROL_PLANE_*``.
+
+    The admin API's request limits are `ServerLimits`'.
 
     The admin token also reads ``ZEROSERVE_ADMIN_TOKEN``, the cache folder
     ``ZEROSERVE_CACHE_DIR`` and the storage allow-list ``ZEROSERVE_ALLOWED_STORAGE`` (comma

@@ -6,14 +6,12 @@ import logging
 import os
 import signal
 
-import uvicorn
-
 from data_plane.app import build_node_cache, build_repository, create_app
 from data_plane.devices import cuda_device_count
 from data_plane.metrics import Metrics
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
-from zeroserve.http import DrainingServer
+from zeroserve.http import DrainingServer, http_config
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +32,12 @@ def run(settings: DataPlaneSettings) -> None:
         # SIGTERM to ourselves: the same graceful stop as from the supervisor.
         on_engine_dead=lambda: os.kill(os.getpid(), signal.SIGTERM),
     )
-    config = uvicorn.Config(
+    config = http_config(
         app,
+        settings,
         host=settings.host,
         port=settings.http_port,
         loop="auto",
-        http="auto",
         lifespan="on",
         access_log=False,
         proxy_headers=False,

@@ -9,6 +9,8 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from zeroserve.http import ServerLimits
+
 
 class ModelControlMode(enum.StrEnum):
     """Triton's model control modes (``poll`` is not offered)."""
@@ -17,8 +19,11 @@ class ModelControlMode(enum.StrEnum):
     EXPLICIT = "explicit"
 
 
-class DataPlaneSettings(BaseSettings):
-    """How one inference server process runs. Environment: ``ZEROSERVE_DATA_PLANE_*``."""
+class DataPlaneSettings(BaseSettings, ServerLimits):
+    """How one inference server process runs. Environment: ``ZEROSERVE_DATA_PLANE_*``.
+
+    The HTTP server's request limits are `ServerLimits`'.
+    """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_DATA_PLANE_", frozen=True)
 
@@ -29,6 +34,11 @@ class DataPlaneSettings(BaseSettings):
     """Address the HTTP server binds."""
     http_port: int = Field(default=8000, ge=0, le=65535)
     """Port of the HTTP server; 0 picks a free one."""
+    max_header_bytes: int = Field(default=80 * 1024, ge=1024)
+    """Largest request line and headers together, then 431: above the activator's (64 KiB),
+    which forwards what it accepted, with the proxies on the way adding a few headers."""
+    max_headers: int = Field(default=128, ge=8)
+    """Most header fields in one request, then 431: above the activator's (100), as above."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
     """``none`` loads every model at start; ``explicit`` loads only what is asked for."""
     load_models: tuple[str, ...] = ()

@@ -1,24 +1,36 @@
-"""HTTP plumbing every zeroserve server shares: error bodies, status lookup, draining.
+"""HTTP plumbing every zeroserve server shares: error bodies, status lookup, request head
+limits, draining.
 
 Each component keeps its own error table (its ``http_errors`` module); this module holds the
-mechanics they have in common so that an error looks the same whichever server answers it.
+mechanics they have in common so that an error looks the same whichever server answers it, and
+the bounds (`ServerLimits`) every server puts on its clients' connections.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http
 import logging
+from asyncio import TimerHandle
 from collections.abc import Mapping
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 import orjson
 import uvicorn
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 logger = logging.getLogger(__name__)
+
+_LINGER_S: Final = 2.0
+"""After refusing a request, how long its connection keeps reading (and dropping) what the
+client still sends: closing with unread data makes the kernel reset the connection, and the
+client loses the answer."""
 
 
 def error_response(
@@ -84,3 +96,151 @@ class DrainingServer(uvicorn.Server):
         self._lifecycle.is_stopping = True
         logger.info("readiness failed; stopping in %.1f s", self._propagation_s)
         asyncio.get_running_loop().call_later(self._propagation_s, super().handle_exit, sig, frame)
+
+
+class ServerLimits(BaseModel):
+    """The bounds a zeroserve HTTP server puts on its clients' requests.
+
+    Mixed into each server's settings (``class ActivatorSettings(BaseSettings, ServerLimits)``),
+    so each reads them under its own environment prefix, e.g.
+    ``ZEROSERVE_ACTIVATOR_MAX_HEADER_BYTES``. uvicorn bounds none of these on httptools.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024)
+    """Largest request line and headers together; past it the answer is 431 (Triton resets
+    the connection at 1 MiB, nginx answers past 8-32 KiB)."""
+    max_headers: int = Field(default=100, ge=8)
+    """Most header fields in one request; past it the answer is 431."""
+
+
+def http_config(app: ASGIApp, limits: ServerLimits, **options: Any) -> uvicorn.Config:
+    """A uvicorn configuration serving ``app`` under ``limits``; ``options`` are uvicorn's."""
+    return uvicorn.Config(app, http=limited_http_protocol(limits), **options)
+
+
+def limited_http_protocol(limits: ServerLimits) -> type[LimitedHttpProtocol]:
+    """The protocol class of one server, holding ``limits``."""
+
+    class _ServerProtocol(LimitedHttpProtocol):
+        pass
+
+    _ServerProtocol.limits = limits
+    return _ServerProtocol
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a request that is refused."""
+
+
+class LimitedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with `ServerLimits` enforced.
+
+    A head is measured from the bytes received while it is incomplete (httptools holds a
+    header in progress unseen until it ends), and exactly once complete. Refusals are written
+    here, as uvicorn writes its 400: no application task exists for a refused head. The
+    requests that pass cost a few attribute updates. Use `limited_http_protocol`, which gives
+    each server its own class.
+    """
+
+    limits: ClassVar[ServerLimits]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # between requests, or reading a request line and headers
+        self._heads_done = 0
+        self._head_started = False
+        self._head_received = 0  # bytes of the current head in earlier reads
+        self._read_size = 0
+        self._refusal: tuple[int, str] | None = None
+        self._linger: TimerHandle | None = None
+
+    # Connection events
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # lingering: dropped unread
+        was_in_head, heads_done = self._in_head, self._heads_done
+        self._read_size = len(data)
+        super().data_received(data)
+        if self._refusal is not None or self.transport.is_closing():
+            return
+        if self._in_head and self._head_started and was_in_head and heads_done == self._heads_done:
+            # The whole read was head: with a header in progress httptools does not show.
+            self._head_received += len(data)
+            if self._head_received > self.limits.max_header_bytes:
+                self._refuse(*self._too_many_bytes())
+            elif len(self.headers) > self.limits.max_headers:
+                self._refuse(*self._too_many_fields())
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn's answer to a parser error, which a refusing callback raises.
+        if self._refusal is not None:
+            self._refuse(*self._refusal)
+        else:
+            super().send_400_response(msg)
+
+    # Parser callbacks
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_started = True
+
+    def on_headers_complete(self) -> None:
+        if len(self.headers) > self.limits.max_headers:
+            self._refusal = self._too_many_fields()
+            raise _Refused
+        # Received bytes bound the head; measured exactly only when they could exceed it.
+        if self._head_received + self._read_size > self.limits.max_header_bytes:
+            size = len(self.url) + sum(len(name) + len(value) for name, value in self.headers)
+            if size > self.limits.max_header_bytes:
+                self._refusal = self._too_many_bytes()
+                raise _Refused
+        self._in_head = self._head_started = False
+        self._heads_done += 1
+        self._head_received = 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+
+    # Limits
+
+    def _too_many_bytes(self) -> tuple[int, str]:
+        limit = self.limits.max_header_bytes
+        return 431, f"request header fields too large: more than {limit} bytes"
+
+    def _too_many_fields(self) -> tuple[int, str]:
+        limit = self.limits.max_headers
+        return 431, f"request header fields too large: more than {limit} fields"
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` and close, reading on a little so that the answer arrives."""
+        logger.debug("answered %d: %s", status, message)
+        self._refusal = (status, message)
+        body = orjson.dumps({"error": message})
+        head = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n".encode()]
+        head += [
+            name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers
+        ]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: %d\r\n" % len(body),
+            b"connection: close\r\n",
+            b"\r\n",
+            body,
+        ]
+        self.transport.write(b"".join(head))
+        self.flow.resume_reading()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+            self._linger = self.loop.call_later(_LINGER_S, self.transport.close)
+        else:
+            self.transport.close()
