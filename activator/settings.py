@@ -13,8 +13,8 @@ from zeroserve.http import ServerLimits
 class ActivatorSettings(BaseSettings, ServerLimits):
     """How one activator process runs. Environment: ``ZEROSERVE_ACTIVATOR_*``.
 
-    The public server's request limits are `ServerLimits`' (``max_header_bytes``,
-    ``max_headers``).
+    The public server's connection limits are `ServerLimits`' (``max_header_bytes``,
+    ``max_headers``, ``header_timeout_s``, ``body_timeout_s``, ``max_connections``).
     """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
@@ -51,8 +51,8 @@ class ActivatorSettings(BaseSettings, ServerLimits):
     """Idle connections kept open for reuse."""
     upstream_keepalive_expiry_s: float = Field(default=4.0, ge=0)
     """Idle connections are closed after this long. Keep it below the workers' keep-alive
-    timeout (uvicorn's is 5 s), or a request can race the worker closing the connection and
-    fail after being sent."""
+    timeout (their ``keep_alive_timeout_s``, 5 s by default), or a request can race the
+    worker closing the connection and fail after being sent."""
 
     replica_quarantine_s: float = Field(default=5.0, ge=0)
     """A replica that refused a connection is left out this long, unless the store removes

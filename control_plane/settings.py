@@ -16,7 +16,7 @@ __all__ = ["AdminClientSettings", "ControlPlaneSettings"]
 class ControlPlaneSettings(BaseSettings, ServerLimits):
     """How the control plane runs. Environment: ``ZEROSERVE_CONTROL_PLANE_*``.
 
-    The admin API's request limits are `ServerLimits`'.
+    The admin API's connection limits are `ServerLimits`'.
 
     The admin token also reads ``ZEROSERVE_ADMIN_TOKEN``, the cache folder
     ``ZEROSERVE_CACHE_DIR`` and the storage allow-list ``ZEROSERVE_ALLOWED_STORAGE`` (comma

@@ -22,7 +22,7 @@ class ModelControlMode(enum.StrEnum):
 class DataPlaneSettings(BaseSettings, ServerLimits):
     """How one inference server process runs. Environment: ``ZEROSERVE_DATA_PLANE_*``.
 
-    The HTTP server's request limits are `ServerLimits`'.
+    The HTTP server's connection limits are `ServerLimits`'.
     """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_DATA_PLANE_", frozen=True)

@@ -1,4 +1,4 @@
-"""HTTP plumbing every zeroserve server shares: error bodies, status lookup, request head
+"""HTTP plumbing every zeroserve server shares: error bodies, status lookup, connection
 limits, draining.
 
 Each component keeps its own error table (its ``http_errors`` module); this module holds the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import http
+import itertools
 import logging
 from asyncio import TimerHandle
 from collections.abc import Mapping
@@ -31,6 +32,9 @@ _LINGER_S: Final = 2.0
 """After refusing a request, how long its connection keeps reading (and dropping) what the
 client still sends: closing with unread data makes the kernel reset the connection, and the
 client loses the answer."""
+_WARN_EVERY_S: Final = 10.0
+_RESCAN_AFTER_S: Final = 0.1
+_connection_numbers: Final = itertools.count()
 
 
 def error_response(
@@ -99,7 +103,7 @@ class DrainingServer(uvicorn.Server):
 
 
 class ServerLimits(BaseModel):
-    """The bounds a zeroserve HTTP server puts on its clients' requests.
+    """The bounds a zeroserve HTTP server puts on its clients' connections.
 
     Mixed into each server's settings (``class ActivatorSettings(BaseSettings, ServerLimits)``),
     so each reads them under its own environment prefix, e.g.
@@ -113,20 +117,38 @@ class ServerLimits(BaseModel):
     the connection at 1 MiB, nginx answers past 8-32 KiB)."""
     max_headers: int = Field(default=100, ge=8)
     """Most header fields in one request; past it the answer is 431."""
+    header_timeout_s: float = Field(default=30.0, gt=0)
+    """How long a client may take to send a request line and headers, counted from its first
+    byte (from connecting for a connection's first request); then 408 and the connection
+    closes (slowloris). A new connection that sends nothing is closed without an answer."""
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest pause in a request body the server is waiting to read; then the connection
+    closes (the request fails as a disconnect)."""
+    keep_alive_timeout_s: int = Field(default=5, gt=0)
+    """How long a connection may stay idle between requests before the server closes it."""
+    max_connections: int = Field(default=4096, gt=0)
+    """Connections open at once. A new one past it closes the connection idle longest (between
+    requests, or not yet sending); when none is idle it is answered 503 and closed."""
 
 
 def http_config(app: ASGIApp, limits: ServerLimits, **options: Any) -> uvicorn.Config:
     """A uvicorn configuration serving ``app`` under ``limits``; ``options`` are uvicorn's."""
-    return uvicorn.Config(app, http=limited_http_protocol(limits), **options)
+    return uvicorn.Config(
+        app,
+        http=limited_http_protocol(limits),
+        timeout_keep_alive=limits.keep_alive_timeout_s,
+        **options,
+    )
 
 
 def limited_http_protocol(limits: ServerLimits) -> type[LimitedHttpProtocol]:
-    """The protocol class of one server, holding ``limits``."""
+    """The protocol class of one server, holding ``limits`` and the server's own counters."""
 
     class _ServerProtocol(LimitedHttpProtocol):
         pass
 
     _ServerProtocol.limits = limits
+    _ServerProtocol.refused_connections = 0
     return _ServerProtocol
 
 
@@ -140,11 +162,15 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     A head is measured from the bytes received while it is incomplete (httptools holds a
     header in progress unseen until it ends), and exactly once complete. Refusals are written
     here, as uvicorn writes its 400: no application task exists for a refused head. The
-    requests that pass cost a few attribute updates. Use `limited_http_protocol`, which gives
-    each server its own class.
+    requests that pass cost a few attribute updates and no timer: a head timer starts only
+    when a read ends inside a head, a body timer only when one ends inside a body. Use
+    `limited_http_protocol`, which gives each server its own class.
     """
 
     limits: ClassVar[ServerLimits]
+    refused_connections: ClassVar[int] = 0
+    warned_at: ClassVar[float] = float("-inf")
+    scan_after: ClassVar[float] = float("-inf")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -153,14 +179,28 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_started = False
         self._head_received = 0  # bytes of the current head in earlier reads
         self._read_size = 0
+        self._head_timer: TimerHandle | None = None
+        self._body_timer: TimerHandle | None = None
+        self._body_read_at = 0.0
         self._refusal: tuple[int, str] | None = None
         self._linger: TimerHandle | None = None
+        self._number = 0
 
     # Connection events
 
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._number = next(_connection_numbers)
+        if len(self.connections) > self.limits.max_connections and not self._close_idlest():
+            self._note_refused_connection()
+            self._refuse(503, "too many connections; retry later", b"retry-after: 1\r\n")
+            return
+        self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
+
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._linger is not None:
-            self._linger.cancel()
+        for timer in (self._head_timer, self._body_timer, self._linger):
+            if timer is not None:
+                timer.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -171,13 +211,27 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._refusal is not None or self.transport.is_closing():
             return
-        if self._in_head and self._head_started and was_in_head and heads_done == self._heads_done:
-            # The whole read was head: with a header in progress httptools does not show.
-            self._head_received += len(data)
-            if self._head_received > self.limits.max_header_bytes:
-                self._refuse(*self._too_many_bytes())
-            elif len(self.headers) > self.limits.max_headers:
-                self._refuse(*self._too_many_fields())
+        if self._in_head:
+            if not self._head_started:
+                return  # between requests
+            if was_in_head and heads_done == self._heads_done:
+                # The whole read was head: with a header in progress httptools does not show.
+                self._head_received += len(data)
+                if self._head_received > self.limits.max_header_bytes:
+                    self._refuse(*self._too_many_bytes())
+                    return
+                if len(self.headers) > self.limits.max_headers:
+                    self._refuse(*self._too_many_fields())
+                    return
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(
+                    self.limits.header_timeout_s, self._head_late
+                )
+        elif self._body_timer is None:
+            self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_late)
+            self._body_read_at = self.loop.time()
+        else:
+            self._body_read_at = self.loop.time()
 
     def send_400_response(self, msg: str) -> None:
         # uvicorn's answer to a parser error, which a refusing callback raises.
@@ -193,6 +247,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._head_started = True
 
     def on_headers_complete(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
         if len(self.headers) > self.limits.max_headers:
             self._refusal = self._too_many_fields()
             raise _Refused
@@ -210,6 +267,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._in_head = True
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
 
     # Limits
 
@@ -221,10 +281,95 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         limit = self.limits.max_headers
         return 431, f"request header fields too large: more than {limit} fields"
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _idle_since(self) -> tuple[float, int] | None:
+        """When this connection became idle (between requests, or connected and silent), and
+        its number, which orders connections of one loop iteration (they share its time)."""
+        if self._head_started or (self.cycle is not None and not self.cycle.response_complete):
+            return None  # a request under way
+        if self.timeout_keep_alive_task is not None:
+            since = self.timeout_keep_alive_task.when() - self.limits.keep_alive_timeout_s
+        elif self.cycle is None and self._head_timer is not None:
+            since = self._head_timer.when() - self.limits.header_timeout_s
+        else:
+            return None
+        return since, self._number
+
+    def _close_idlest(self) -> bool:
+        """Close the connection idle longest to make room; False when none is idle."""
+        # A scan, at the cap only, so that requests pay nothing for bookkeeping; after one that
+        # finds none idle, a flood of connections is refused unscanned for a moment.
+        server = type(self)
+        now = self.loop.time()
+        if now < server.scan_after:
+            return False
+        idlest: LimitedHttpProtocol | None = None
+        idlest_since = (float("inf"), 0)
+        for connection in self.connections:
+            if connection is self or not isinstance(connection, LimitedHttpProtocol):
+                continue
+            since = connection._idle_since()
+            if since is not None and since < idlest_since and not connection.transport.is_closing():
+                idlest, idlest_since = connection, since
+        if idlest is None:
+            server.scan_after = now + _RESCAN_AFTER_S
+            return False
+        # Counted out now: its connection_lost comes on a later loop iteration.
+        self.connections.discard(idlest)
+        idlest.transport.close()
+        return True
+
+    def _note_refused_connection(self) -> None:
+        # A warning at most every _WARN_EVERY_S: a flood of connections must not flood the log.
+        server = type(self)
+        server.refused_connections += 1
+        now = self.loop.time()
+        if now - server.warned_at >= _WARN_EVERY_S:
+            logger.warning(
+                "refused %d connection(s) since the last warning: %d open, none idle "
+                "(max_connections)",
+                server.refused_connections,
+                len(self.connections) - 1,
+            )
+            server.refused_connections, server.warned_at = 0, now
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if not self._in_head or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            # A request pipelined behind one still answering: wait for that answer.
+            self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_late)
+            return
+        if not self._head_started:
+            self.transport.close()  # connected and silent: nothing to answer
+            return
+        self._refuse(408, f"request headers not received within {self.limits.header_timeout_s} s")
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if self._in_head or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self.flow.read_paused:
+            self._body_read_at = now  # the application is not reading: not the client's pause
+        paused_s = now - self._body_read_at
+        if paused_s < self.limits.body_timeout_s:
+            self._body_timer = self.loop.call_later(
+                self.limits.body_timeout_s - paused_s, self._body_late
+            )
+            return
+        logger.debug("closing a connection: no request body for %.0f s", paused_s)
+        # The application is reading the body, so it owns the answer; it sees a disconnect.
+        self.transport.close()
+
+    def _refuse(self, status: int, message: str, extra_headers: bytes = b"") -> None:
         """Answer ``status`` and close, reading on a little so that the answer arrives."""
         logger.debug("answered %d: %s", status, message)
         self._refusal = (status, message)
+        for timer in (self._head_timer, self._body_timer):
+            if timer is not None:
+                timer.cancel()
+        self._head_timer = self._body_timer = None
         body = orjson.dumps({"error": message})
         head = [f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n".encode()]
         head += [
@@ -234,6 +379,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             b"content-type: application/json\r\n",
             b"content-length: %d\r\n" % len(body),
             b"connection: close\r\n",
+            extra_headers,
             b"\r\n",
             body,
         ]

@@ -1,6 +1,7 @@
-"""Every zeroserve server bounds its clients' requests (`zeroserve.http.ServerLimits`):
-oversized heads get 431. Real processes on free loopback ports, driven through raw sockets;
-the limits are set through each server's environment.
+"""Every zeroserve server bounds its clients' connections (`zeroserve.http.ServerLimits`):
+oversized heads get 431, slow heads 408, stalled bodies and idle connections are closed, and
+connections past the cap make room or get 503. Real processes on free loopback ports, driven
+through raw sockets; the limits are shortened through each server's environment.
 """
 
 from __future__ import annotations
@@ -227,3 +228,72 @@ def test_oversized_heads_are_answered_431_and_normal_ones_served(
         for _ in range(3):
             sock.sendall(request(path, *normal))
             assert status(read_response(sock)) == 200
+
+
+@pytest.mark.parametrize("kind", SERVERS)
+def test_slow_heads_and_idle_connections_are_closed(kind: str, start_server: StartServer) -> None:
+    server = start_server(kind, header_timeout_s=1, keep_alive_timeout_s=1)
+    # Slowloris: a head sent a byte at a time is answered 408 and closed.
+    with server.connect() as sock:
+        for byte in request(server.probe_path)[:20]:
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            time.sleep(0.1)
+        answer = read_answer(sock)
+    assert status(answer) == 408, answer
+    # A connection that never sends is closed without an answer.
+    with server.connect() as sock:
+        assert read_answer(sock) == b""
+    # Idle after an answer: closed by the keep-alive timeout.
+    with server.connect() as sock:
+        sock.sendall(request(server.probe_path))
+        assert status(read_response(sock)) == 200
+        assert read_answer(sock) == b""
+
+
+def test_a_stalled_request_body_is_cut(start_server: StartServer) -> None:
+    server = start_server("data_plane", body_timeout_s=1)
+    with server.connect() as sock:
+        sock.sendall(
+            b"POST /v2/repository/index HTTP/1.1\r\nHost: test\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+        )
+        # The application owns the answer once it reads the body; it sees a disconnect.
+        assert read_answer(sock) == b""
+
+
+def test_connections_past_the_cap_close_the_idlest_or_get_503(start_server: StartServer) -> None:
+    server = start_server("data_plane", max_connections=4)
+    path = server.probe_path
+    silent = [server.connect() for _ in range(4)]
+    try:
+        # Full of idle connections: a new one is served and the oldest idle one is closed.
+        extra = server.connect()
+        silent.append(extra)
+        extra.sendall(request(path))
+        assert status(read_response(extra)) == 200
+        assert read_answer(silent[0]) == b""
+        # Now every connection is busy: a head under way, sent with a request whose answer
+        # shows that the server has read it too.
+        for sock in silent[1:]:
+            sock.sendall(request(path) + b"GET " + path.encode())
+            assert status(read_response(sock)) == 200
+        with server.connect() as refused:
+            refused.sendall(request(path))
+            answer = read_answer(refused)
+        assert status(answer) == 503, answer
+        assert b"retry-after: 1" in answer.lower()
+        # Room again once one closes.
+        silent.pop().close()
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            answer = send_and_read(server, request(path, close=True))
+            if status(answer) == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert status(answer) == 200, answer
+    finally:
+        for sock in silent:
+            sock.close()
