@@ -23,6 +23,12 @@ class ActivatorSettings(BaseSettings, ServerLimits):
     """Address the public HTTP server binds."""
     port: int = Field(default=8080, ge=0, le=65535)
     """Port of the public HTTP server; 0 picks a free one."""
+    keep_alive_timeout_s: int = Field(default=1830, gt=0)
+    """How long the public server keeps an idle client connection open. Longer than the load
+    balancer's idle timeout (1800 s on the ALB in deploy/kubernetes/ingress.yaml), as AWS
+    requires: a target that closes first races the balancer reusing the connection, and that
+    request fails (502). ``max_connections`` bounds what idle connections hold: past it the
+    one idle longest is closed to make room."""
     state_url: str = "memory://"
     """Where the control plane keeps its state: ``redis://...`` in a cluster."""
 

@@ -355,3 +355,16 @@ def test_the_activator_may_drain_before_it_is_killed():
     assert spec["terminationGracePeriodSeconds"] > (
         activator.readiness_propagation_s + activator.exit_timeout_s
     )
+
+
+def test_the_activator_outlasts_the_load_balancers_idle_timeout():
+    """AWS: a target's keep-alive must be longer than the ALB's idle timeout, or the target
+    closes a connection the ALB is about to reuse and that request fails with 502."""
+    annotations = one("Ingress", "zeroserve")["metadata"]["annotations"]
+    attributes = dict(
+        item.strip().split("=", 1)
+        for item in annotations["alb.ingress.kubernetes.io/load-balancer-attributes"].split(",")
+    )
+    alb_idle_s = int(attributes["idle_timeout.timeout_seconds"])
+    _, _, activator = settings_from_deploy()
+    assert activator.keep_alive_timeout_s > alb_idle_s

@@ -253,6 +253,21 @@ def test_slow_heads_and_idle_connections_are_closed(kind: str, start_server: Sta
         assert read_answer(sock) == b""
 
 
+@pytest.mark.parametrize("kind", ["activator", "up"])
+def test_the_public_server_keeps_idle_connections_as_long_as_the_load_balancer(
+    kind: str, start_server: StartServer
+) -> None:
+    """Behind an ALB (idle timeout 1800 s) the target must close idle connections last; the
+    public server used to close them after uvicorn's 5 s, racing clients that reuse them."""
+    server = start_server(kind)
+    with server.connect() as sock:
+        sock.sendall(request(server.probe_path))
+        assert status(read_response(sock)) == 200
+        time.sleep(6.5)
+        sock.sendall(request(server.probe_path))
+        assert status(read_response(sock)) == 200
+
+
 def test_a_stalled_request_body_is_cut(start_server: StartServer) -> None:
     server = start_server("data_plane", body_timeout_s=1)
     with server.connect() as sock:
