@@ -20,9 +20,10 @@ import numpy as np
 from data_plane.batcher.policy import BatchPolicy, QueuePolicy
 from data_plane.errors import RequestTimeoutError
 
-_QUEUED: Final = 0
-_TAKEN: Final = 1
-_GONE: Final = 2
+# A queued request's state: waiting, taken into a batch, or left without executing.
+QUEUED: Final = 0
+TAKEN: Final = 1
+GONE: Final = 2
 
 _COMPACT_AT: Final = 64
 """Withdrawn requests a level tolerates in its deques before it rebuilds them."""
@@ -42,7 +43,7 @@ class BatchedResult:
     """Total rows (requests, with batching off) of that execution."""
 
 
-class _Level:
+class PriorityLevel:
     """One priority level's queue: unexpired requests, then the timed-out DELAY ones."""
 
     __slots__ = (
@@ -57,8 +58,8 @@ class _Level:
     )
 
     def __init__(self, policy: QueuePolicy) -> None:
-        self.queued: deque[_Request] = deque()
-        self.delayed: deque[_Request] = deque()
+        self.queued: deque[QueuedRequest] = deque()
+        self.delayed: deque[QueuedRequest] = deque()
         self.size = 0  # live requests in both deques
         self.dead = 0  # withdrawn requests still in the deques, dropped when a walk meets them
         self.max_size = policy.max_queue_size
@@ -67,7 +68,9 @@ class _Level:
         self.rejects = policy.timeout_action == "REJECT"
 
 
-class _Request:
+class QueuedRequest:
+    """One request from submit until a batch takes it or it leaves (see the states above)."""
+
     __slots__ = (
         "deadline_ns",
         "delayed",
@@ -91,7 +94,7 @@ class _Request:
         future: asyncio.Future[BatchedResult],
         enqueue_ns: int,
         deadline_ns: int,
-        level: _Level,
+        level: PriorityLevel,
         request_id: str | None,
     ) -> None:
         self.inputs = inputs
@@ -104,12 +107,12 @@ class _Request:
         self.deadline_ns = deadline_ns
         self.level = level
         self.request_id = request_id
-        self.state = _QUEUED
+        self.state = QUEUED
         self.timer: asyncio.TimerHandle | None = None
         self.delayed = False
 
 
-class _RequestQueue:
+class RequestQueue:
     """Triton's per-priority request queues and the walk that takes the next batch off them.
 
     ``on_discard`` is called each time a queued request leaves without executing, once it is
@@ -124,7 +127,7 @@ class _RequestQueue:
         self._delay_ns = policy.max_queue_delay_us * 1000
         policies = policy.priority_queue_policies if policy.priority_levels else {}
         self._levels = tuple(
-            _Level(policies.get(level, policy.default_queue_policy))
+            PriorityLevel(policies.get(level, policy.default_queue_policy))
             for level in range(1, max(policy.priority_levels, 1) + 1)
         )
         self._default_level = self._levels[max(policy.default_priority_level, 1) - 1]
@@ -139,26 +142,26 @@ class _RequestQueue:
         """Requests queued and not yet taken into a batch."""
         return self._pending
 
-    def level_for(self, priority: int) -> _Level:
+    def level_for(self, priority: int) -> PriorityLevel:
         """The level a request of ``priority`` joins."""
         levels = self._levels
         return levels[priority - 1] if 0 < priority <= len(levels) else self._default_level
 
-    def push(self, request: _Request) -> None:
+    def push(self, request: QueuedRequest) -> None:
         """Queue a new request at the tail of its level."""
         level = request.level
         level.queued.append(request)
         level.size += 1
         self._pending += 1
 
-    def form(self, now: int, *, closing: bool) -> tuple[list[_Request] | None, int]:
+    def form(self, now: int, *, closing: bool) -> tuple[list[QueuedRequest] | None, int]:
         """Take the next batch off the queue, as Triton's ``GetDynamicBatch`` decides.
 
         Returns ``(batch, 0)`` to execute now, ``(None, ns)`` to look again after ``ns``
         or at the next arrival, and ``(None, -1)`` when nothing is queued. With batching
         off the same walk yields one request: every size exceeds a maximum of 0.
         """
-        taken: list[_Request] = []
+        taken: list[QueuedRequest] = []
         pending = 0
         best = 0
         best_count = 0
@@ -173,7 +176,7 @@ class _RequestQueue:
                 continue
             while queue:
                 request = queue[0]
-                if request.state != _QUEUED:
+                if request.state != QUEUED:
                     queue.popleft()
                     level.dead -= 1
                     continue
@@ -186,7 +189,8 @@ class _RequestQueue:
                     queue.popleft()
                     if level.rejects:
                         self._discard(request)
-                        _fail(request.future, RequestTimeoutError(request_id=request.request_id))
+                        error = RequestTimeoutError(request_id=request.request_id)
+                        fail_future(request.future, error)
                     else:
                         request.deadline_ns = 0
                         request.delayed = True
@@ -232,20 +236,20 @@ class _RequestQueue:
             self._restore(taken)
             return None, delay_ns - (now - oldest)
         for request in taken:
-            request.state = _TAKEN
+            request.state = TAKEN
             request.level.size -= 1
             if request.timer is not None:
                 request.timer.cancel()
         self._pending -= len(taken)
         return taken, 0
 
-    def _restore(self, requests: list[_Request]) -> None:
+    def _restore(self, requests: list[QueuedRequest]) -> None:
         """Put walked requests back at the heads they came from, in their order."""
         for request in reversed(requests):
             level = request.level
             (level.delayed if request.delayed else level.queued).appendleft(request)
 
-    def withdraw(self, request: _Request) -> None:
+    def withdraw(self, request: QueuedRequest) -> None:
         """Take a queued request out wherever it is; its deque entry becomes a tombstone."""
         self._discard(request)
         level = request.level
@@ -254,14 +258,14 @@ class _RequestQueue:
             # Rebuild once tombstones outnumber live requests: O(1) amortized per
             # withdrawal, and a storm of cancellations cannot grow the deques unbounded.
             for queue in (level.queued, level.delayed):
-                live = [r for r in queue if r.state == _QUEUED]
+                live = [r for r in queue if r.state == QUEUED]
                 queue.clear()
                 queue.extend(live)
             level.dead = 0
 
-    def _discard(self, request: _Request) -> None:
+    def _discard(self, request: QueuedRequest) -> None:
         """Account for a queued request that leaves without executing."""
-        request.state = _GONE
+        request.state = GONE
         request.level.size -= 1
         self._pending -= 1
         if request.timer is not None:
@@ -273,13 +277,14 @@ class _RequestQueue:
         """Fail every request still queued with ``error`` and empty the queues."""
         for level, queue in self._queues:
             for request in queue:
-                if request.state == _QUEUED:
+                if request.state == QUEUED:
                     self._discard(request)
-                    _fail(request.future, error)
+                    fail_future(request.future, error)
             queue.clear()
             level.dead = 0
 
 
-def _fail(future: asyncio.Future[BatchedResult], error: BaseException) -> None:
+def fail_future(future: asyncio.Future[BatchedResult], error: BaseException) -> None:
+    """Fail a request's future with ``error`` unless it already has an outcome."""
     if not future.done():
         future.set_exception(error)

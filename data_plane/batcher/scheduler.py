@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from data_plane.batcher.policy import BatchPolicy
-from data_plane.batcher.queue import _QUEUED, BatchedResult, _fail, _Request, _RequestQueue
+from data_plane.batcher.queue import QUEUED, BatchedResult, QueuedRequest, RequestQueue, fail_future
 from data_plane.errors import (
     InternalError,
     InvalidArgumentError,
@@ -65,12 +65,12 @@ class Batcher:
         self._batching = policy.max_batch_size > 0
         self._max_batch_size = policy.max_batch_size
         self._queue_bound = policy.queue_bound
-        self._queue = _RequestQueue(policy, on_discard=self._after_discard)
+        self._queue = RequestQueue(policy, on_discard=self._after_discard)
         self._executing = 0
         self._wake = asyncio.Event()
         self._forming = asyncio.Lock()
         self._workers: list[asyncio.Task[None]] = []
-        self._running: list[list[_Request] | None] = []
+        self._running: list[list[QueuedRequest] | None] = []
         self._closing = False
         self._drained = asyncio.Event()
         self._closed = asyncio.Event()
@@ -139,7 +139,7 @@ class Batcher:
         if level.can_override and 0 < timeout_us * 1000 < timeout_ns:
             timeout_ns = timeout_us * 1000
         loop = asyncio.get_running_loop()
-        request = _Request(
+        request = QueuedRequest(
             inputs,
             rows,
             shapes,
@@ -156,7 +156,7 @@ class Batcher:
         try:
             return await request.future
         except asyncio.CancelledError:
-            if request.state == _QUEUED:
+            if request.state == QUEUED:
                 self._queue.withdraw(request)
             raise
 
@@ -201,7 +201,7 @@ class Batcher:
         stopping = ServerStoppingError()
         for batch in self._running:
             for request in batch or ():
-                _fail(request.future, stopping)
+                fail_future(request.future, stopping)
         self._queue.fail_queued(stopping)
         self._closed.set()
 
@@ -222,7 +222,7 @@ class Batcher:
                 if self._closing:
                     self._check_drained()
 
-    async def _next_batch(self) -> list[_Request]:
+    async def _next_batch(self) -> list[QueuedRequest]:
         # One idle instance at a time forms a batch; the others queue on the lock and
         # take their turn as soon as it has one, so each instance takes the next batch.
         async with self._forming:
@@ -240,7 +240,7 @@ class Batcher:
                         async with asyncio.timeout(wait_ns / 1e9):
                             await self._wake.wait()
 
-    async def _run(self, batch: list[_Request], task: asyncio.Task[None]) -> None:
+    async def _run(self, batch: list[QueuedRequest], task: asyncio.Task[None]) -> None:
         error: ZeroserveError
         try:
             inputs = batch[0].inputs if len(batch) == 1 else _concatenate(batch)
@@ -277,7 +277,7 @@ class Batcher:
 
     @staticmethod
     def _split(
-        batch: list[_Request], outputs: dict[str, np.ndarray]
+        batch: list[QueuedRequest], outputs: dict[str, np.ndarray]
     ) -> list[dict[str, np.ndarray]]:
         rows = sum(request.rows for request in batch)
         for name, array in outputs.items():
@@ -296,7 +296,7 @@ class Batcher:
             start = end
         return shares
 
-    def _expire(self, request: _Request) -> None:
+    def _expire(self, request: QueuedRequest) -> None:
         """A REJECT request's timer: fail it if the clock agrees its deadline passed."""
         now = self._clock()
         if now < request.deadline_ns:
@@ -307,7 +307,7 @@ class Batcher:
             return
         request.timer = None
         self._queue.withdraw(request)
-        _fail(request.future, RequestTimeoutError(request_id=request.request_id))
+        fail_future(request.future, RequestTimeoutError(request_id=request.request_id))
 
     def _after_discard(self) -> None:
         """The queue's ``on_discard``: a request that left may complete the drain."""
@@ -319,7 +319,7 @@ class Batcher:
             self._drained.set()
 
 
-def _concatenate(batch: list[_Request]) -> dict[str, np.ndarray]:
+def _concatenate(batch: list[QueuedRequest]) -> dict[str, np.ndarray]:
     # Requests of one batch have the same input names and non-batch shapes (the walk's
     # shape check), so dim 0 concatenation is always defined.
     return {
@@ -333,6 +333,6 @@ def _resolve(future: asyncio.Future[BatchedResult], result: BatchedResult) -> No
         future.set_result(result)
 
 
-def _fail_all(batch: list[_Request], error: BaseException) -> None:
+def _fail_all(batch: list[QueuedRequest], error: BaseException) -> None:
     for request in batch:
-        _fail(request.future, error)
+        fail_future(request.future, error)

@@ -16,26 +16,27 @@ import numpy.typing as npt
 
 from data_plane.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 from data_plane.errors import InvalidArgumentError
-from data_plane.protocol.tensors import _bytes_array
+from data_plane.protocol.tensors import bytes_array
 
 _MAX_JSON_DEPTH: Final = 100
-_LIMIT_HINT: Final = "Use --http-max-input-size to increase the limit."
+LIMIT_HINT: Final = "Use --http-max-input-size to increase the limit."
+"""Triton's advice after every size-limit error."""
 
 # TritonJson's type errors, which Triton appends to "Unable to parse '<field>': ".
-_NOT_STRING: Final = "attempt to access JSON non-string as string"
-_NOT_UINT: Final = "attempt to access JSON non-unsigned-integer as unsigned-integer"
+NOT_STRING: Final = "attempt to access JSON non-string as string"
+NOT_UINT: Final = "attempt to access JSON non-unsigned-integer as unsigned-integer"
 _NOT_INT: Final = "attempt to access JSON non-signed-integer as signed-integer"
-_NOT_BOOL: Final = "attempt to access JSON non-boolean as boolean"
+NOT_BOOL: Final = "attempt to access JSON non-boolean as boolean"
 _NOT_NUMBER: Final = "attempt to access JSON non-number as double"
-_NOT_ARRAY: Final = "attempt to access JSON non-array as array"
+NOT_ARRAY: Final = "attempt to access JSON non-array as array"
 
 # JSON element types each datatype accepts, and the TritonJson text for anything else.
 _JSON_ELEMENT_TYPES: Final[dict[str, tuple[frozenset[type], str]]] = {
-    **{dt: (frozenset({int}), _NOT_UINT) for dt in ("UINT8", "UINT16", "UINT32", "UINT64")},
+    **{dt: (frozenset({int}), NOT_UINT) for dt in ("UINT8", "UINT16", "UINT32", "UINT64")},
     **{dt: (frozenset({int}), _NOT_INT) for dt in ("INT8", "INT16", "INT32", "INT64")},
     "FP32": (frozenset({int, float}), _NOT_NUMBER),
     "FP64": (frozenset({int, float}), _NOT_NUMBER),
-    "BOOL": (frozenset({bool}), _NOT_BOOL),
+    "BOOL": (frozenset({bool}), NOT_BOOL),
 }
 _INT_RANGES: Final = {
     dt: (0, 2 ** (8 * ELEMENT_BYTES[dt]) - 1)
@@ -46,7 +47,7 @@ _INT_RANGES: Final = {
 }
 
 
-def _decode_json_data(
+def decode_json_data(
     name: str,
     datatype: str,
     shape: tuple[int, ...],
@@ -61,15 +62,15 @@ def _decode_json_data(
     ``model`` and ``prefix`` (the request-id prefix) only appear in error texts.
     """
     if not isinstance(data, list):
-        raise InvalidArgumentError(f"Unable to parse 'data': {_NOT_ARRAY}")
+        raise InvalidArgumentError(f"Unable to parse 'data': {NOT_ARRAY}")
     count = math.prod(shape)
     if datatype == "BYTES":
         flat, types = _flatten(data, "")
         if not types <= {str}:
-            raise InvalidArgumentError(f"Unable to parse JSON bytes array: {_NOT_STRING}")
+            raise InvalidArgumentError(f"Unable to parse JSON bytes array: {NOT_STRING}")
         elements = list(map(str.encode, flat))
         _check_json_size(name, sum(map(len, elements)) + 4 * len(elements), max_input_bytes)
-        return _bytes_array(name, count, elements, model, prefix).reshape(shape)
+        return bytes_array(name, count, elements, model, prefix).reshape(shape)
     if datatype in ("FP16", "BF16"):
         raise InvalidArgumentError(
             f"receiving {datatype} data via JSON is not supported. Please use the binary "
@@ -97,7 +98,7 @@ def _decode_json_data(
         else:  # Python ints, which may exceed int64
             low, high = min(leaves), max(leaves)
         if low < 0 and dtype.kind == "u":
-            raise InvalidArgumentError(f"Unable to parse 'data': {_NOT_UINT}")
+            raise InvalidArgumentError(f"Unable to parse 'data': {NOT_UINT}")
         if low < lowest or high > highest:
             bad = low if low < lowest else high
             raise InvalidArgumentError(
@@ -147,7 +148,7 @@ def _check_json_size(name: str, byte_size: int, max_input_bytes: int) -> None:
     if byte_size > max_input_bytes:
         raise InvalidArgumentError(
             f"JSON input '{name}' has a byte_size ({byte_size} bytes) that exceeds the maximum "
-            f"allowed value of {max_input_bytes} bytes. {_LIMIT_HINT}"
+            f"allowed value of {max_input_bytes} bytes. {LIMIT_HINT}"
         )
 
 

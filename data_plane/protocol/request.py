@@ -21,14 +21,14 @@ import orjson
 from data_plane.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 from data_plane.errors import InvalidArgumentError, UnsupportedError, request_prefix
 from data_plane.protocol.json_data import (
-    _LIMIT_HINT,
-    _NOT_ARRAY,
-    _NOT_BOOL,
-    _NOT_STRING,
-    _NOT_UINT,
-    _decode_json_data,
+    LIMIT_HINT,
+    NOT_ARRAY,
+    NOT_BOOL,
+    NOT_STRING,
+    NOT_UINT,
+    decode_json_data,
 )
-from data_plane.protocol.tensors import _decode_binary
+from data_plane.protocol.tensors import decode_binary
 
 DEFAULT_MAX_INPUT_BYTES: Final = 64 * 2**20
 """Triton's ``--http-max-input-size`` default."""
@@ -131,7 +131,7 @@ def decode_infer_request(
         if len(view) > max_input_bytes:
             raise InvalidArgumentError(
                 f"Raw input has a byte_size ({len(view)} bytes) that exceeds the maximum "
-                f"allowed value of {max_input_bytes} bytes. {_LIMIT_HINT}"
+                f"allowed value of {max_input_bytes} bytes. {LIMIT_HINT}"
             )
         raw = InferInput(RAW_INPUT_NAME, "", (), np.frombuffer(view, dtype=np.uint8))
         return InferRequest(None, [raw], None, {}, True, 0, 0)
@@ -140,7 +140,7 @@ def decode_infer_request(
     if json_length > max_input_bytes:
         raise InvalidArgumentError(
             f"request JSON size of {json_length} bytes exceeds the maximum allowed input size "
-            f"of {max_input_bytes} bytes. {_LIMIT_HINT}"
+            f"of {max_input_bytes} bytes. {LIMIT_HINT}"
         )
     if json_length > len(view):
         raise InvalidArgumentError(
@@ -157,14 +157,14 @@ def decode_infer_request(
 
     request_id = header.get("id")
     if request_id is not None and not isinstance(request_id, str):
-        raise InvalidArgumentError(f"Unable to parse 'id': {_NOT_STRING}")
+        raise InvalidArgumentError(f"Unable to parse 'id': {NOT_STRING}")
     request = InferRequest(request_id, [], None, {}, False, 0, 0)
     if "parameters" in header:
         _parse_parameters(header["parameters"], request)
 
     inputs = header.get("inputs")
     if not isinstance(inputs, list):
-        reason = _NOT_ARRAY if "inputs" in header else _missing("inputs")
+        reason = NOT_ARRAY if "inputs" in header else _missing("inputs")
         raise InvalidArgumentError(f"Unable to parse 'inputs': {reason}")
     ctx = _Context(
         view=view,
@@ -221,7 +221,7 @@ def bind_raw_input(
     if variable:
         fixed = math.prod(d for d in shape if d != -1) * ELEMENT_BYTES[datatype]
         shape[variable[0]] = len(body) // fixed if fixed else 0
-    data = _decode_binary(name, datatype, tuple(shape), body, model, prefix)
+    data = decode_binary(name, datatype, tuple(shape), body, model, prefix)
     return InferInput(name, datatype, tuple(shape), data)
 
 
@@ -253,15 +253,15 @@ def _parse_parameters(params: object, request: InferRequest) -> None:
     for key, value in params.items():
         if key == "sequence_id":
             if not (_is_uint(value) or isinstance(value, str)):
-                raise InvalidArgumentError(f"Unable to parse 'sequence_id': {_NOT_STRING}")
+                raise InvalidArgumentError(f"Unable to parse 'sequence_id': {NOT_STRING}")
         elif key in ("sequence_start", "sequence_end", "binary_data_output"):
             if type(value) is not bool:
-                raise InvalidArgumentError(f"Unable to parse '{key}': {_NOT_BOOL}")
+                raise InvalidArgumentError(f"Unable to parse '{key}': {NOT_BOOL}")
             if key == "binary_data_output":
                 request.binary_data_output = value
         elif key in ("priority", "timeout"):
             if not _is_uint(value):
-                raise InvalidArgumentError(f"Unable to parse '{key}': {_NOT_UINT}")
+                raise InvalidArgumentError(f"Unable to parse '{key}': {NOT_UINT}")
             if key == "priority":
                 request.priority = value
             else:
@@ -303,10 +303,10 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
     datatype = _member_string(fields, "datatype")
     shape_json = fields.get("shape")
     if not isinstance(shape_json, list):
-        reason = _NOT_ARRAY if "shape" in fields else _missing("shape")
+        reason = NOT_ARRAY if "shape" in fields else _missing("shape")
         raise InvalidArgumentError(f"Unable to parse 'shape': {reason}")
     if not all(map(_is_uint, shape_json)):
-        raise InvalidArgumentError(f"Unable to parse 'shape': {_NOT_UINT}")
+        raise InvalidArgumentError(f"Unable to parse 'shape': {NOT_UINT}")
     shape = tuple(shape_json)
     if name in seen:
         raise InvalidArgumentError(f"{ctx.prefix}input '{name}' already exists in request")
@@ -322,7 +322,7 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
             "send its data in the request body"
         )
     if "data" in fields:
-        data = _decode_json_data(
+        data = decode_json_data(
             name,
             datatype,
             shape,
@@ -335,7 +335,7 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
 
     size = params["binary_data_size"]
     if not _is_uint(size):
-        raise InvalidArgumentError(f"Unable to parse 'binary_data_size': {_NOT_UINT}")
+        raise InvalidArgumentError(f"Unable to parse 'binary_data_size': {NOT_UINT}")
     if size and not ctx.has_header_length:
         raise InvalidArgumentError(
             "must specify valid 'Infer-Header-Content-Length' in request header and "
@@ -348,7 +348,7 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
             f"bytes for model '{ctx.model}'"
         )
     ctx.offset += size
-    data = _decode_binary(name, datatype, shape, chunk, ctx.model, ctx.prefix)
+    data = decode_binary(name, datatype, shape, chunk, ctx.model, ctx.prefix)
     return InferInput(name, datatype, shape, data)
 
 
@@ -374,14 +374,14 @@ def _check_shape(name: str, datatype: str, shape: tuple[int, ...], prefix: str) 
 def _member_string(fields: dict[str, Any], member: str) -> str:
     value = fields.get(member)
     if not isinstance(value, str):
-        reason = _NOT_STRING if member in fields else _missing(member)
+        reason = NOT_STRING if member in fields else _missing(member)
         raise InvalidArgumentError(f"Unable to parse '{member}': {reason}")
     return value
 
 
 def _parse_outputs(outputs: object, prefix: str) -> list[RequestedOutput]:
     if not isinstance(outputs, list):
-        raise InvalidArgumentError(f"Unable to parse 'outputs': {_NOT_ARRAY}")
+        raise InvalidArgumentError(f"Unable to parse 'outputs': {NOT_ARRAY}")
     requested: list[RequestedOutput] = []
     seen: set[str] = set()
     for entry in outputs:
@@ -403,13 +403,13 @@ def _parse_outputs(outputs: object, prefix: str) -> list[RequestedOutput]:
         seen.add(name)
         count = params.get("classification", 0)
         if not _is_uint(count):
-            raise InvalidArgumentError(f"Unable to set 'classification': {_NOT_UINT}")
+            raise InvalidArgumentError(f"Unable to set 'classification': {NOT_UINT}")
         if uses_shm:
             raise UnsupportedError(
                 f"output '{name}' asks for shared memory, which this server does not support"
             )
         binary = params.get("binary_data")
         if binary is not None and type(binary) is not bool:
-            raise InvalidArgumentError(f"Unable to parse 'binary_data': {_NOT_BOOL}")
+            raise InvalidArgumentError(f"Unable to parse 'binary_data': {NOT_BOOL}")
         requested.append(RequestedOutput(name, binary, count))
     return requested

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from data_plane.protocol.tensors import _LENGTH, _WIRE_DTYPES
+from data_plane.protocol.tensors import LENGTH_PREFIX, WIRE_DTYPES
 
 
 @dataclass(slots=True)
@@ -63,7 +63,7 @@ def encode_infer_response(
             elements = [_as_bytes(e) for e in np.ravel(output.data, order="C").tolist()]
             texts = None if output.binary else _utf8_or_none(elements)
             if texts is None:
-                pairs = ((_LENGTH.pack(len(e)), e) for e in elements)
+                pairs = ((LENGTH_PREFIX.pack(len(e)), e) for e in elements)
                 payload = b"".join(chain.from_iterable(pairs))
             else:
                 entry["data"] = texts
@@ -111,7 +111,7 @@ def _wire_array(datatype: str, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``data`` as a C-contiguous little-endian array of the wire type (no copy if it is one)."""
     if datatype == "BF16":
         return _to_bf16_bits(np.asarray(data, dtype=np.float32))
-    return np.ascontiguousarray(data, dtype=_WIRE_DTYPES[datatype])
+    return np.ascontiguousarray(data, dtype=WIRE_DTYPES[datatype])
 
 
 def _to_bf16_bits(values: npt.NDArray[np.float32]) -> npt.NDArray[np.uint16]:

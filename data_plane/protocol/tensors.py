@@ -19,28 +19,30 @@ import numpy.typing as npt
 from data_plane.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 from data_plane.errors import InvalidArgumentError
 
-_LENGTH: Final = struct.Struct("<I")
-_WIRE_DTYPES: Final = {  # little-endian on the wire; BF16 travels as its upper 16 bits
+LENGTH_PREFIX: Final = struct.Struct("<I")
+"""The ``uint32`` little-endian length before each BYTES element."""
+WIRE_DTYPES: Final = {  # little-endian on the wire; BF16 travels as its upper 16 bits
     **{dt: np.dtype(NUMPY_DTYPES[dt]).newbyteorder("<") for dt in ELEMENT_BYTES},
     "BF16": np.dtype("<u2"),
 }
+"""The numpy dtype of each datatype's raw bytes on the wire."""
 
 
-def _decode_binary(
+def decode_binary(
     name: str, datatype: str, shape: tuple[int, ...], chunk: memoryview, model: str, prefix: str
 ) -> npt.NDArray[Any]:
     """Decode one binary tensor; numeric types other than BF16 are zero-copy views."""
     count = math.prod(shape)
     if datatype == "BYTES":
         elements = _split_bytes(name, chunk, model, prefix, count)
-        return _bytes_array(name, count, elements, model, prefix).reshape(shape)
+        return bytes_array(name, count, elements, model, prefix).reshape(shape)
     expected = count * ELEMENT_BYTES[datatype]
     if len(chunk) != expected:
         raise InvalidArgumentError(
             f"{prefix}input byte size mismatch for input '{name}' for model '{model}'. "
             f"Expected {expected}, got {len(chunk)}"
         )
-    wire = np.frombuffer(chunk, dtype=_WIRE_DTYPES[datatype])
+    wire = np.frombuffer(chunk, dtype=WIRE_DTYPES[datatype])
     if datatype == "BF16":
         return (wire.astype(np.uint32) << 16).view(np.float32).reshape(shape)
     if datatype == "BOOL" and count and wire.view(np.uint8).max() > 1:
@@ -51,7 +53,7 @@ def _decode_binary(
 def _split_bytes(name: str, chunk: memoryview, model: str, prefix: str, count: int) -> list[bytes]:
     """Split ``uint32 LE length + bytes`` elements, checking as Triton's core does."""
     elements: list[bytes] = []
-    unpack, end, pos = _LENGTH.unpack_from, len(chunk), 0
+    unpack, end, pos = LENGTH_PREFIX.unpack_from, len(chunk), 0
     while pos < end:
         if end - pos < 4:
             raise InvalidArgumentError(
@@ -73,9 +75,10 @@ def _split_bytes(name: str, chunk: memoryview, model: str, prefix: str, count: i
     return elements
 
 
-def _bytes_array(
+def bytes_array(
     name: str, count: int, elements: list[bytes], model: str, prefix: str
 ) -> npt.NDArray[Any]:
+    """A flat BYTES (object) array of ``elements``, which must number ``count``."""
     if len(elements) != count:
         _raise_string_count(name, count, len(elements), model, prefix)
     array = np.empty(count, dtype=object)
