@@ -1,13 +1,11 @@
 """Where replicas go: choose a worker with room, load the model there, take replicas away.
 
 Choosing and reserving happen under one lock, so two activations never book the same room;
-starting workers, loading and unloading happen outside it, with the room reserved. A worker
-is a candidate for a model when its device matches, it does not hold the model already and
-the model fits its memory budget and model count. Among candidates the placer prefers a
-worker that loaded the model before (its node cache and engine cache hold it), then the
-fullest one (packing leaves other workers empty, so they can be reaped or kept warm). With
-no candidate it starts a worker if the pool may grow, else evicts the least recently used
-idle replica whose removal makes room, else raises ``NoCapacityError``.
+starting workers, loading and unloading happen outside it, with the room reserved. The
+choice itself is ``control_plane.placement.choose``, a pure function of a snapshot of the
+pool read just before it: a worker with room (preferring one that loaded the model before,
+then the fullest), else a new worker if the pool may grow, else an eviction of a sleeping
+or least recently used idle replica, else ``NoCapacityError``.
 
 A replica is retired in the order that loses no request: the placement is removed first (new
 requests take the activation path), activators are given ``placement_propagation_s`` to see
@@ -37,7 +35,19 @@ from typing import Any, Protocol
 
 from control_plane.backends.base import PodBackend, PoolSpec
 from control_plane.errors import NoCapacityError, UpstreamError
-from control_plane.records import ModelRecord, Placement, WorkerRecord, WorkerState
+from control_plane.placement.choose import (
+    Decision,
+    Evict,
+    NoCapacity,
+    Place,
+    PoolView,
+    StartWorker,
+    Traffic,
+    WaitForStarts,
+    choose,
+    traffic_needed,
+)
+from control_plane.records import ModelRecord, Placement, WorkerRecord
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.worker_client import LoadReport
@@ -98,16 +108,6 @@ class _Retirement:
     task: asyncio.Task[None] | None = field(default=None, repr=False)
     to_sleep: bool = False
     """Put the replica to sleep instead of unloading it."""
-
-
-@dataclass
-class _Choice:
-    worker: WorkerRecord | None
-    """None: start a new worker, or wait for ``wait`` (workers starting)."""
-    evict: Placement | None = None
-    evict_is_sleeping: bool = False
-    wait: set[asyncio.Task[WorkerRecord]] | None = None
-    is_start: bool = False
 
 
 class Placer:
@@ -184,39 +184,18 @@ class Placer:
         raise last
 
     async def _place_once(self, model: ModelRecord) -> PlaceResult:
-        need = model.resources.memory_bytes
+        worker, decision = await self._claim_room(model)
+        is_started = isinstance(decision, StartWorker)
         evicted: tuple[str, ...] = ()
-        while True:
-            async with self._lock:
-                choice = await self._choose(model)
-                if choice.worker is not None:
-                    self._reserve(choice.worker.id, model.name, need)
-                elif choice.wait is None:
-                    choice.wait = {self._begin_start(reserve=(model.name, need))}
-                    choice.is_start = True
-            if choice.worker is not None:
-                break
-            assert choice.wait is not None
-            if not choice.is_start:
-                # The pool is full of workers still starting: one of them may have room.
-                await asyncio.wait(choice.wait)
-                continue
-            (task,) = choice.wait
-            try:
-                choice.worker = await asyncio.shield(task)
-            except asyncio.CancelledError:
-                # The start goes on without us; drop the room it reserved for us.
-                task.add_done_callback(partial(self._release_started, model=model.name))
-                raise
-            break
-        worker = choice.worker
         try:
-            if choice.evict is not None and choice.evict_is_sleeping:
-                await self.unload_sleeping(choice.evict.model, choice.evict.worker_id)
-                evicted = (choice.evict.model,)
-            elif choice.evict is not None:
-                await self.retire(choice.evict.model, choice.evict.worker_id, reason="evicted")
-                evicted = (choice.evict.model,)
+            if isinstance(decision, Evict) and decision.is_sleeping:
+                await self.unload_sleeping(decision.victim.model, decision.victim.worker_id)
+                evicted = (decision.victim.model,)
+            elif isinstance(decision, Evict):
+                await self.retire(
+                    decision.victim.model, decision.victim.worker_id, reason="evicted"
+                )
+                evicted = (decision.victim.model,)
             ready_at = self._clock()
             # A load of a model asleep on the worker wakes it there: it is not asleep after.
             await self._store.remove_sleeping(model.name, worker.id)
@@ -239,7 +218,7 @@ class Placer:
             "placed %s on %s (%s worker, load %.3f s, cache %s)",
             model.name,
             worker.id,
-            "new" if choice.is_start else "existing",
+            "new" if is_started else "existing",
             report.duration_s,
             report.cache,
             extra={"model": model.name, "worker": worker.id},
@@ -247,13 +226,44 @@ class Placer:
         return PlaceResult(
             placement=placement,
             worker=worker,
-            is_worker_started=choice.is_start,
+            is_worker_started=is_started,
             is_revived=False,
             worker_ready_at=ready_at,
             loaded_at=loaded_at,
             load=report,
             evicted=evicted,
         )
+
+    async def _claim_room(self, model: ModelRecord) -> tuple[WorkerRecord, Decision]:
+        """Choose a worker for ``model`` and reserve room there, under the lock; when the
+        choice is a new worker, return once it has started (with the room reserved)."""
+        need = model.resources.memory_bytes
+        while True:
+            start: asyncio.Task[WorkerRecord] | None = None
+            waiting: set[asyncio.Task[WorkerRecord]] = set()
+            async with self._lock:
+                decision = choose(await self._view(model), model)
+                match decision:
+                    case NoCapacity(reason=reason):
+                        raise NoCapacityError(model=model.name, reason=reason)
+                    case Place(worker=worker) | Evict(worker=worker):
+                        self._reserve(worker.id, model.name, need)
+                        return worker, decision
+                    case StartWorker():
+                        start = self._begin_start(reserve=(model.name, need))
+                    case WaitForStarts():
+                        waiting = set(self._starts)
+            if start is not None:
+                try:
+                    return await asyncio.shield(start), decision
+                except asyncio.CancelledError:
+                    # The start goes on without us; drop the room it reserved for us.
+                    start.add_done_callback(partial(self._release_started, model=model.name))
+                    raise
+            # The pool is full of workers still starting: one of them may have room. (When
+            # they ended while the traffic was read, the next choice sees their workers.)
+            if waiting:
+                await asyncio.wait(waiting)
 
     async def start_worker(self) -> WorkerRecord:
         """Start one worker of the pool and publish it; ``NoCapacityError`` at max_workers."""
@@ -291,155 +301,38 @@ class Placer:
     def _worker_count(self) -> int:
         return len(self._backend.list_workers(self._pool.name)) + len(self._starts)
 
-    async def _choose(self, model: ModelRecord) -> _Choice:
-        device = model.resources.device
-        if device != "cpu" and device != self._pool.device:
-            raise NoCapacityError(
-                model=model.name, reason=f"pool '{self._pool.name}' has no {device} workers"
-            )
-        need = model.resources.memory_bytes
-        if self._pool.memory_bytes and need > self._pool.memory_bytes:
-            raise NoCapacityError(
-                model=model.name,
-                reason=f"it needs {need} bytes and a worker has {self._pool.memory_bytes}",
-            )
-        workers = [
-            w
-            for w in self._backend.list_workers(self._pool.name)
-            if w.state is WorkerState.READY
-            and (device == "cpu" or w.device == device)
-            and w.id not in self._stopping
-        ]
-        live = await self._store.list_placements()
-        # Sleeping replicas hold their worker's memory too.
-        sleeping = await self._store.list_sleeping()
-        placements = live + sleeping
-        records = {m.name: m for m in await self._store.list_models()}
-        records[model.name] = model
-        hosting = {p.worker_id for p in live if p.model == model.name}
-        hosting |= {w for w, models in self._pending.items() if model.name in models}
-        hosting |= {w for (m, w) in self._retiring if m == model.name}
-        candidates = [
-            w
-            for w in workers
-            if w.id not in hosting and self._fits(w, placements, records, need, evicting=None)
-        ]
-        if candidates:
-
-            def rank(w: WorkerRecord) -> tuple[bool, int, float]:
-                warm = model.name in self._history.get(w.id, set())
-                return (not warm, -self._model_count(w.id, placements), w.started_at)
-
-            return _Choice(worker=min(candidates, key=rank))
-        if self._worker_count() < self._pool.max_workers:
-            return _Choice(worker=None)
-        asleep = self._sleeping_victim(model, workers, hosting, placements, sleeping, records)
-        if asleep is not None:
-            worker = next(w for w in workers if w.id == asleep.worker_id)
-            return _Choice(worker=worker, evict=asleep, evict_is_sleeping=True)
-        victim = await self._victim(model, workers, hosting, live, records)
-        if victim is None and self._starts:
-            return _Choice(worker=None, wait=set(self._starts))
-        if victim is None:
-            raise NoCapacityError(
-                model=model.name,
-                reason=(
-                    f"all {len(workers)} {model.resources.device} workers are full, "
-                    f"the pool is at max_workers={self._pool.max_workers} "
-                    "and no idle replica can be evicted"
-                ),
-            )
-        worker = next(w for w in workers if w.id == victim.worker_id)
-        return _Choice(worker=worker, evict=victim)
-
-    def _sleeping_victim(
-        self,
-        model: ModelRecord,
-        workers: list[WorkerRecord],
-        hosting: set[str],
-        placements: list[Placement],
-        sleeping: list[Placement],
-        records: dict[str, ModelRecord],
-    ) -> Placement | None:
-        """The longest-asleep replica whose unload makes room for ``model``: nobody is
-        using it, and no cold start is saved by keeping it over a loaded one."""
-        by_worker = {w.id: w for w in workers if w.id not in hosting}
-        options = [
-            s
-            for s in sleeping
-            if s.worker_id in by_worker
-            and (s.model, s.worker_id) not in self._sleeper_unloads
-            and self._fits(
-                by_worker[s.worker_id],
-                placements,
-                records,
-                model.resources.memory_bytes,
-                evicting=s,
-            )
-        ]
-        return min(options, key=lambda s: s.since) if options else None
-
-    async def _victim(
-        self,
-        model: ModelRecord,
-        workers: list[WorkerRecord],
-        hosting: set[str],
-        placements: list[Placement],
-        records: dict[str, ModelRecord],
-    ) -> Placement | None:
-        """The least recently used idle replica whose eviction makes room for ``model``."""
-        by_worker = {w.id: w for w in workers if w.id not in hosting}
-        replicas: dict[str, int] = {}
-        for p in placements:
-            replicas[p.model] = replicas.get(p.model, 0) + 1
-        options: list[tuple[float, Placement]] = []
-        for p in placements:
-            worker = by_worker.get(p.worker_id)
-            other = records.get(p.model)
-            if worker is None or other is None or p.model == model.name:
-                continue
-            if replicas[p.model] <= other.scaling.min_replicas:
-                continue
-            if (p.model, p.worker_id) in self._retiring:
-                continue
-            if not self._fits(
-                worker, placements, records, model.resources.memory_bytes, evicting=p
-            ):
-                continue
-            reports = await self._store.traffic(p.model)
-            if sum(r.in_flight for r in reports) > 0:
-                continue
-            last = max((r.last_request_at for r in reports), default=0.0)
-            options.append((max(last, p.since), p))
-        if not options:
-            return None
-        return min(options, key=lambda option: option[0])[1]
-
-    def _fits(
-        self,
-        worker: WorkerRecord,
-        placements: list[Placement],
-        records: dict[str, ModelRecord],
-        need: int,
-        *,
-        evicting: Placement | None,
-    ) -> bool:
-        here = [p for p in placements if p.worker_id == worker.id and p != evicting]
-        pending = self._pending.get(worker.id, {})
-        count = len(here) + len(pending)
-        limit = self._settings.max_models_per_worker
-        if limit and count >= limit:
-            return False
-        budget = worker.memory_bytes
-        if not budget:
-            return True
-        used = sum(_memory(records.get(p.model)) for p in here) + sum(pending.values())
-        return used + need <= budget
-
-    def _model_count(self, worker_id: str, placements: list[Placement]) -> int:
-        return sum(1 for p in placements if p.worker_id == worker_id) + len(
-            self._pending.get(worker_id, {})
+    async def _view(self, model: ModelRecord) -> PoolView:
+        """The pool as ``choose`` needs it to place ``model``: every store read comes first,
+        then the backend's workers and our bookkeeping, taken together with no await between
+        them, then the traffic of the replicas it may evict."""
+        placements = tuple(await self._store.list_placements())
+        sleeping = tuple(await self._store.list_sleeping())
+        models = {m.name: m for m in await self._store.list_models()}
+        view = PoolView(
+            pool=self._pool,
+            workers=tuple(self._backend.list_workers(self._pool.name)),
+            starting=len(self._starts),
+            placements=placements,
+            sleeping=sleeping,
+            models=models,
+            reserved={w: dict(loads) for w, loads in self._pending.items()},
+            retiring=frozenset(self._retiring),
+            unloading=frozenset(self._sleeper_unloads),
+            stopping=frozenset(self._stopping),
+            warm={w: frozenset(names) for w, names in self._history.items()},
+            max_models_per_worker=self._settings.max_models_per_worker,
         )
+        wanted = traffic_needed(view, model)
+        if not wanted:
+            return view
+        traffic: dict[str, Traffic] = {}
+        for name in sorted(wanted):
+            reports = await self._store.traffic(name)
+            traffic[name] = Traffic(
+                in_flight=sum(r.in_flight for r in reports),
+                last_request_at=max((r.last_request_at for r in reports), default=0.0),
+            )
+        return dataclasses.replace(view, traffic=traffic)
 
     def _reserve(self, worker_id: str, model: str, need: int) -> None:
         self._pending.setdefault(worker_id, {})[model] = need
@@ -760,7 +653,3 @@ class Placer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def _memory(record: ModelRecord | None) -> int:
-    return record.resources.memory_bytes if record is not None else 0

@@ -49,6 +49,18 @@ EXPORTS = {
     },
     "control_plane.lease": {"Lease"},
     "control_plane.metrics": {"ControlPlaneMetrics"},
+    "control_plane.placement.choose": {
+        "Decision",
+        "Evict",
+        "NoCapacity",
+        "Place",
+        "PoolView",
+        "StartWorker",
+        "Traffic",
+        "WaitForStarts",
+        "choose",
+        "traffic_needed",
+    },
     "control_plane.placer": {"PlaceResult", "Placer", "WorkerApi"},
     "control_plane.platform": {
         "Platform",
