@@ -32,7 +32,7 @@ from activator.state import ActivatorState, Lifecycle
 from activator.traffic import Traffic, TrafficSink
 from activator.upstream import UpstreamPool, UpstreamTimeouts
 from activator.watch import ReplicaWatch, probe_live
-from zeroserve.cloudwatch import CloudWatchPublisher, PutMetricDataSink
+from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
 from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)

@@ -90,7 +90,7 @@ class ActivatorSettings(BaseSettings, ServerLimits):
 
     cloudwatch_enabled: bool = False
     """Publish request metrics to CloudWatch (PutMetricData, namespace ``zeroserve``) with
-    boto3's standard AWS environment; see ``zeroserve.cloudwatch``."""
+    boto3's standard AWS environment; see ``foundation.cloudwatch``."""
     cloudwatch_flush_interval_s: float = Field(default=60.0, gt=0)
     """How often buffered CloudWatch values are sent (60 s: CloudWatch's resolution)."""
     cloudwatch_max_values: int = Field(default=20_000, gt=0)

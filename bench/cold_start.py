@@ -58,8 +58,8 @@ from onnx import TensorProto, helper
 from prometheus_client import CollectorRegistry
 
 from bench import machine, report
-from data_plane.proto import model_config_pb2 as mc
 from data_plane.storage import CacheSettings, NodeCache, create_s3_client, parse_storage_uri
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions
 from runtimes.onnx import DISABLE_PREPACKING_PARAMETER, OnnxRuntime
 

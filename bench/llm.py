@@ -65,7 +65,7 @@ import torch
 from bench import machine, report
 from bench.platform_process import PlatformProcess
 from bench.server import REPO_ROOT, process_tree_cpu_seconds, request
-from data_plane import model_config
+from foundation import model_config
 from runtimes.llm.hf import OPTIONS, TransformersRuntime
 from runtimes.llm.hf_engine import HFEngine, TokenUpdate
 from runtimes.llm.parameters import read_parameters

@@ -52,7 +52,7 @@ from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.factory import open_state_store
 from control_plane.worker_client import WorkerClient
-from zeroserve.cloudwatch import CloudWatchPublisher, PutMetricDataSink
+from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
 from zeroserve.http import ServerLimits, http_config
 
 if TYPE_CHECKING:

@@ -123,7 +123,7 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Pause before a control loop retries after a state-store failure."""
     cloudwatch_enabled: bool = False
     """Publish activation metrics to CloudWatch (PutMetricData, namespace ``zeroserve``)
-    with boto3's standard AWS environment; see ``zeroserve.cloudwatch``."""
+    with boto3's standard AWS environment; see ``foundation.cloudwatch``."""
     cloudwatch_flush_interval_s: float = Field(default=60.0, gt=0)
     """How often buffered CloudWatch values are sent (60 s: CloudWatch's resolution)."""
     cloudwatch_max_values: int = Field(default=20_000, gt=0)

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from data_plane.datatypes import NUMPY_DTYPES
 from data_plane.errors import (
     InternalError,
     InvalidArgumentError,
@@ -29,6 +28,7 @@ from data_plane.protocol import (
     classify,
 )
 from data_plane.repository import LoadedVersion, TensorSpec
+from foundation.datatypes import NUMPY_DTYPES
 
 
 async def infer(model: LoadedVersion, request: InferRequest) -> list[OutputTensor]:

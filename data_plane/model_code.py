@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from data_plane.proto.model_config_pb2 import ModelConfig
+from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
 from runtimes.python_model import PythonRuntime
 from runtimes.registry import named_runtime_class

@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_plane import model_code, model_config
+from data_plane import model_code
 from data_plane.batcher import Batcher, BatchPolicy
-from data_plane.datatypes import protocol_from_config
 from data_plane.errors import (
     ModelLoadError,
     ModelNotReadyError,
@@ -34,7 +33,6 @@ from data_plane.errors import (
     UnknownModelError,
     UnsupportedError,
 )
-from data_plane.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from data_plane.stats import ModelStats
 from data_plane.storage import (
     CachedModel,
@@ -43,6 +41,9 @@ from data_plane.storage import (
     StorageUri,
     parse_storage_uri,
 )
+from foundation import model_config
+from foundation.datatypes import protocol_from_config
+from foundation.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
 from runtimes.base import ModelRuntime, RuntimeOptions
 from runtimes.registry import runtime_class_for
 

@@ -15,6 +15,7 @@ RUN python -m venv /opt/zeroserve
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY zeroserve ./zeroserve
+COPY foundation ./foundation
 COPY data_plane ./data_plane
 COPY runtimes ./runtimes
 COPY control_plane ./control_plane

@@ -22,6 +22,7 @@ RUN python3 -m venv /opt/zeroserve
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY zeroserve ./zeroserve
+COPY foundation ./foundation
 COPY data_plane ./data_plane
 COPY runtimes ./runtimes
 COPY control_plane ./control_plane

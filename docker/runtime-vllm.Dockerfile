@@ -13,6 +13,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY zeroserve ./zeroserve
+COPY foundation ./foundation
 COPY data_plane ./data_plane
 COPY runtimes ./runtimes
 COPY control_plane ./control_plane

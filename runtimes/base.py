@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from data_plane import model_config
 from data_plane.errors import ModelLoadError
-from data_plane.proto.model_config_pb2 import ModelConfig
+from foundation import model_config
+from foundation.proto.model_config_pb2 import ModelConfig
 
 if TYPE_CHECKING:
     from runtimes.llm.engine_process import SpareEngines

@@ -6,7 +6,7 @@ threads, not copies of the weights. Execution providers follow the device: ``cud
 tries TensorRT, then CUDA, then falls back to CPU; ``cpu`` uses the CPU provider only.
 
 With a node cache folder (``RuntimeOptions.cache_dir``) the runtime keeps a warm engine
-cache per model, hardware and ORT version (see ``data_plane.storage.engines``): the first load
+cache per model, hardware and ORT version (see ``runtimes.cache.engines``): the first load
 saves ONNX Runtime's optimized model, its weights as an external file; later loads open that
 file with graph optimizations off, so ORT memory-maps the weights instead of parsing and
 optimizing the graph again. With ``disable_prepacking`` on, such a load costs milliseconds
@@ -38,16 +38,14 @@ import onnx
 import onnxruntime as ort
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from data_plane import datatypes
 from data_plane.errors import (
     InternalError,
     InvalidArgumentError,
     ModelLoadError,
     ModelNotReadyError,
 )
-from data_plane.proto import model_config_pb2 as mc
-from data_plane.storage.engines import EngineCache, hardware_identity, model_identity
-from data_plane.storage.pins import LockTimeoutError, Pin
+from foundation import datatypes
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import (
     ExecutorRuntime,
     RuntimeOptions,
@@ -55,6 +53,8 @@ from runtimes.base import (
     instance_count,
     model_file,
 )
+from runtimes.cache.engines import EngineCache, hardware_identity, model_identity
+from runtimes.cache.pins import LockTimeoutError, Pin
 
 logger = logging.getLogger(__name__)
 

@@ -61,9 +61,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from data_plane import datatypes, model_config
 from data_plane.errors import InternalError, ModelLoadError, ModelNotReadyError, ZeroserveError
-from data_plane.proto import model_config_pb2 as mc
+from foundation import datatypes, model_config
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import (
     ExecutorRuntime,
     RuntimeOptions,

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from data_plane.proto.model_config_pb2 import ModelConfig
+from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
 from runtimes.llm.hf import TransformersRuntime
 from runtimes.llm.vllm import VllmRuntime

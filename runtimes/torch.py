@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from data_plane import datatypes
 from data_plane.errors import (
     InternalError,
     InvalidArgumentError,
     ModelLoadError,
     ModelNotReadyError,
 )
-from data_plane.proto import model_config_pb2 as mc
+from foundation import datatypes
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import (
     ExecutorRuntime,
     RuntimeOptions,

@@ -100,7 +100,7 @@ async def load_runtime(
 ) -> TransformersRuntime:
     """A :class:`runtimes.llm.hf.TransformersRuntime` loaded from ``model_dir`` on the CPU,
     with config ``parameters`` set, no time to drain on sleep or unload, and ``spares``."""
-    from data_plane import model_config
+    from foundation import model_config
     from runtimes.base import RuntimeOptions
     from runtimes.llm.hf import TransformersRuntime
 

@@ -20,8 +20,8 @@ import pytest
 from google.protobuf import text_format
 from onnx import helper
 
-from data_plane import datatypes
-from data_plane.proto import model_config_pb2 as mc
+from foundation import datatypes
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import ModelRuntime, RuntimeOptions, RuntimeState
 
 RuntimeT = TypeVar("RuntimeT", bound=ModelRuntime)

@@ -24,9 +24,10 @@ from pydantic import (
 )
 
 from control_plane.errors import SchemaValidationError
-from data_plane import model_code, model_config, names
+from data_plane import model_code
 from data_plane.storage.errors import StorageNotAllowedError
 from data_plane.storage.uris import parse_storage_uri
+from foundation import model_config, names
 
 __all__ = [
     "Activations",

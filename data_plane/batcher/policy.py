@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from data_plane.proto.model_config_pb2 import ModelConfig, ModelQueuePolicy
+from foundation.proto.model_config_pb2 import ModelConfig, ModelQueuePolicy
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from data_plane.datatypes import protocol_from_numpy
 from data_plane.errors import InvalidArgumentError
+from foundation.datatypes import protocol_from_numpy
 
 _MAX_CLASSIFICATION_ELEMENTS: Final = 1_000_000
 _CLASSIFIABLE_KINDS: Final = frozenset("iuf")

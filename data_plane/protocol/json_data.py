@@ -14,9 +14,9 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from data_plane.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 from data_plane.errors import InvalidArgumentError
 from data_plane.protocol.tensors import bytes_array
+from foundation.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 
 _MAX_JSON_DEPTH: Final = 100
 LIMIT_HINT: Final = "Use --http-max-input-size to increase the limit."

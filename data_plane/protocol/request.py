@@ -18,7 +18,6 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from data_plane.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 from data_plane.errors import InvalidArgumentError, UnsupportedError, request_prefix
 from data_plane.protocol.json_data import (
     LIMIT_HINT,
@@ -29,6 +28,7 @@ from data_plane.protocol.json_data import (
     decode_json_data,
 )
 from data_plane.protocol.tensors import decode_binary
+from foundation.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 
 DEFAULT_MAX_INPUT_BYTES: Final = 64 * 2**20
 """Triton's ``--http-max-input-size`` default."""

@@ -16,8 +16,8 @@ from typing import Any, Final, NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from data_plane.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 from data_plane.errors import InvalidArgumentError
+from foundation.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 
 LENGTH_PREFIX: Final = struct.Struct("<I")
 """The ``uint32`` little-endian length before each BYTES element."""

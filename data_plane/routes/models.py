@@ -16,8 +16,8 @@ from data_plane.errors import (
     NotFoundError,
     UnknownModelError,
 )
-from data_plane.model_config import is_version
 from data_plane.repository import LoadedVersion, ModelRepository
+from foundation.model_config import is_version
 
 
 def path_version(request: Request) -> int | None:

@@ -20,10 +20,10 @@ from data_plane.storage.errors import (
     StorageTimeoutError,
     StorageUnavailableError,
 )
-from data_plane.storage.pins import Pin
 from data_plane.storage.s3 import create_s3_client
 from data_plane.storage.settings import CacheSettings
 from data_plane.storage.uris import StorageUri, parse_storage_uri
+from runtimes.cache.pins import Pin
 
 __all__ = [
     "CacheFullError",

@@ -23,7 +23,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -37,10 +37,14 @@ from data_plane.storage.errors import (
     StorageNotFoundError,
     StorageTimeoutError,
 )
-from data_plane.storage.layout import (
+from data_plane.storage.metrics import CacheMetrics
+from data_plane.storage.s3 import Listing, S3Store, create_s3_client
+from data_plane.storage.settings import CacheSettings
+from data_plane.storage.uris import StorageUri, check_model_name
+from foundation.model_config import is_version
+from runtimes.cache.layout import (
     MODEL_FOLDER,
     CacheLayout,
-    check_model_layout,
     fsync_dir,
     fsync_tree,
     local_entries,
@@ -48,17 +52,13 @@ from data_plane.storage.layout import (
     read_manifest,
     write_manifest,
 )
-from data_plane.storage.metrics import CacheMetrics
-from data_plane.storage.pins import (
+from runtimes.cache.pins import (
     PIN_FILENAME,
     LockTimeoutError,
     Pin,
     exclusive_lock,
     try_exclusive,
 )
-from data_plane.storage.s3 import Listing, S3Store, create_s3_client
-from data_plane.storage.settings import CacheSettings
-from data_plane.storage.uris import StorageUri, check_model_name
 
 logger = logging.getLogger(__name__)
 
@@ -482,3 +482,13 @@ def _link(source: Path | None, dest: Path, size: int) -> bool:
         dest.unlink()
         return False
     return True
+
+
+def check_model_layout(relatives: Iterable[str], *, uri: str) -> None:
+    """Refuse a folder that holds no model: no numeric version folder with a file in it."""
+    if not any("/" in relative and is_version(relative.split("/", 1)[0]) for relative in relatives):
+        raise StorageNotFoundError(
+            uri=uri,
+            reason="no model here: expected a Triton model folder (config.pbtxt and numeric "
+            "version folders such as 1/model.onnx) or a single model file",
+        )

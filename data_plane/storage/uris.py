@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Final, Literal
 from urllib.parse import urlsplit
 
-from data_plane.names import model_name_problem
 from data_plane.storage.errors import StorageNotAllowedError
+from foundation.names import model_name_problem
 
 _BUCKET: Final = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 """S3 bucket names (the general-purpose rules; dots allowed for legacy buckets)."""
@@ -97,7 +97,7 @@ def parse_storage_uri(uri: str, *, allowed: Sequence[str]) -> StorageUri:
 
 
 def check_model_name(name: str, *, uri: str) -> None:
-    """Refuse model names that break the one naming rule (``data_plane.names``)."""
+    """Refuse model names that break the one naming rule (``foundation.names``)."""
     problem = model_name_problem(name)
     if problem is not None:
         raise StorageNotAllowedError(uri=uri, reason=problem)

@@ -1,6 +1,6 @@
 # CloudWatch: the log groups the observability add-on writes to (created here first, with a
 # retention and a KMS key), an encrypted SNS topic, and alarms on the metrics zeroserve
-# publishes itself (zeroserve/cloudwatch.py: namespace "zeroserve", no dimensions).
+# publishes itself (foundation/cloudwatch.py: namespace "zeroserve", no dimensions).
 # tests/infra/test_terraform.py checks that every alarm names a metric the code publishes.
 
 resource "aws_cloudwatch_log_group" "container_insights" {

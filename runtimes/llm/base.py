@@ -40,7 +40,7 @@ from data_plane.errors import (
     ModelNotReadyError,
     QueueFullError,
 )
-from data_plane.proto import model_config_pb2 as mc
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import ExecutorRuntime, RuntimeCapabilities, RuntimeOptions, RuntimeState
 from runtimes.llm.parameters import COMMON, Option, ParameterError, read_parameters
 from runtimes.llm.sampling import (

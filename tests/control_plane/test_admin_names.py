@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from data_plane.names import MODEL_NAME_MAX_LENGTH
+from foundation.names import MODEL_NAME_MAX_LENGTH
 from tests.control_plane.test_api import AUTH, Api, api, error_of
-from tests.data_plane.test_names import BAD_NAMES
+from tests.foundation.test_names import BAD_NAMES
 
 pytestmark = pytest.mark.anyio
 

@@ -28,7 +28,7 @@ from data_plane.errors import (
     RequestTimeoutError,
     ServerStoppingError,
 )
-from data_plane.proto.model_config_pb2 import ModelConfig
+from foundation.proto.model_config_pb2 import ModelConfig
 
 pytestmark = pytest.mark.anyio
 

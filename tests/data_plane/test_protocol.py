@@ -21,7 +21,6 @@ from tritonclient.http._infer_result import InferResult
 from tritonclient.http._utils import _get_inference_request
 
 from data_plane import protocol
-from data_plane.datatypes import NUMPY_DTYPES
 from data_plane.errors import InvalidArgumentError, UnsupportedError
 from data_plane.protocol import (
     RAW_INPUT_NAME,
@@ -34,6 +33,7 @@ from data_plane.protocol import (
     encode_infer_response,
     parse_header_length,
 )
+from foundation.datatypes import NUMPY_DTYPES
 
 ALL_TYPES = [
     "BOOL",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data_plane import model_config
+from foundation import model_config
 from tests.data_plane.llm_app import llm_app
 from tests.models import write_python_model
 

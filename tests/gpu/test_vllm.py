@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from data_plane import model_config
-from data_plane.proto import model_config_pb2 as mc
+from foundation import model_config
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.llm.sampling import SamplingParams
 from runtimes.llm.vllm import VllmRuntime

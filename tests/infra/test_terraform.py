@@ -20,7 +20,7 @@ import hcl2
 import pytest
 import yaml
 
-from zeroserve.cloudwatch import (
+from foundation.cloudwatch import (
     ACTIVATION_DURATION,
     ACTIVATION_FAILURES,
     METRIC_NAMES,

@@ -11,8 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.data_plane.storage.s3_server import CREDENTIALS, REGION, MotoServer, start_moto
-from zeroserve.cloudwatch import (
+from foundation.cloudwatch import (
     ACTIVATION_DURATION,
     ACTIVATION_FAILURES,
     METRIC_NAMES,
@@ -23,6 +22,7 @@ from zeroserve.cloudwatch import (
     CloudWatchPublisher,
     PutMetricDataSink,
 )
+from tests.data_plane.storage.s3_server import CREDENTIALS, REGION, MotoServer, start_moto
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

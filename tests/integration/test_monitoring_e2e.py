@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from data_plane.gpu_metrics import GpuMetrics
+from foundation.cloudwatch import METRIC_NAMES, NAMESPACE
 from tests.data_plane.storage.s3_server import CREDENTIALS, REGION, MotoServer, start_moto
 from tests.data_plane.test_gpu_metrics import _fake_nvml
 from tests.integration.test_platform_e2e import (
@@ -43,7 +44,6 @@ from tests.monitoring.queries import (
     metric_names,
     rule_queries,
 )
-from zeroserve.cloudwatch import METRIC_NAMES, NAMESPACE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 

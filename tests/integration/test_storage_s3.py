@@ -32,8 +32,8 @@ from data_plane.storage import (
     create_s3_client,
     parse_storage_uri,
 )
-from data_plane.storage.engines import EngineCache
 from runtimes.base import RuntimeOptions
+from runtimes.cache.engines import EngineCache
 from runtimes.onnx import OnnxRuntime
 from tests.data_plane.storage.s3_server import (
     CREDENTIALS,

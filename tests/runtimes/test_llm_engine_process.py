@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from data_plane import model_config
 from data_plane.errors import EngineDeadError, InternalError, ModelLoadError
+from foundation import model_config
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.llm.engine_process import SpareEngines
 from runtimes.llm.hf import OPTIONS, TransformersRuntime

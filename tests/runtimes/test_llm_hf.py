@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_plane import model_config
 from data_plane.errors import (
     ContextLengthError,
     InvalidParameterError,
@@ -20,6 +19,7 @@ from data_plane.errors import (
     ModelNotReadyError,
     QueueFullError,
 )
+from foundation import model_config
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.hf import TransformersRuntime

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from data_plane.errors import InvalidParameterError
-from data_plane.proto.model_config_pb2 import ModelConfig
+from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.llm.parameters import COMMON, ParameterError, read_parameters
 from runtimes.llm.sampling import SamplingParams, sampling_from_mapping
 from runtimes.llm.text import IncrementalDetokenizer, StopStrings

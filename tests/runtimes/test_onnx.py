@@ -15,7 +15,7 @@ import pytest
 from onnx import helper
 
 from data_plane.errors import InvalidArgumentError, ModelLoadError, ModelNotReadyError
-from data_plane.proto import model_config_pb2 as mc
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.onnx import DEFAULT_MAX_BATCH_SIZE, OnnxRuntime
 from tests.models import (

@@ -13,10 +13,10 @@ import pytest
 from onnx import helper
 
 from data_plane.errors import ModelLoadError
-from data_plane.proto import model_config_pb2 as mc
-from data_plane.storage.engines import COMPLETE
-from data_plane.storage.pins import PIN_FILENAME, try_exclusive
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions
+from runtimes.cache.engines import COMPLETE
+from runtimes.cache.pins import PIN_FILENAME, try_exclusive
 from runtimes.onnx import (
     DISABLE_PREPACKING_PARAMETER,
     ENGINE_CACHE_RUNTIME,

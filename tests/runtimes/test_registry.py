@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from data_plane.proto.model_config_pb2 import ModelConfig
+from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
 from runtimes.onnx import OnnxRuntime
 from runtimes.python_model import PythonRuntime
@@ -122,7 +122,7 @@ def test_runtimes_import_and_report_clearly_without_torch(tmp_path: Path) -> Non
         from pathlib import Path
         sys.modules["torch"] = None
         from data_plane.errors import ModelLoadError
-        from data_plane.proto.model_config_pb2 import ModelConfig
+        from foundation.proto.model_config_pb2 import ModelConfig
         from runtimes.base import RuntimeOptions
         from runtimes.registry import available_backends, runtime_class_for
         from runtimes.torch import TorchRuntime

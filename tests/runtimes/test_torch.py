@@ -15,7 +15,7 @@ from data_plane.errors import (
     ModelLoadError,
     ModelNotReadyError,
 )
-from data_plane.proto import model_config_pb2 as mc
+from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.torch import TorchRuntime
 from tests.models import (

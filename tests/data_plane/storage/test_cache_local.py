@@ -16,8 +16,8 @@ from data_plane.storage import (
     StorageNotFoundError,
     parse_storage_uri,
 )
-from data_plane.storage.layout import CacheLayout
-from data_plane.storage.pins import Pin
+from runtimes.cache.layout import CacheLayout
+from runtimes.cache.pins import Pin
 
 pytestmark = pytest.mark.anyio
 

@@ -27,8 +27,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from data_plane.storage.layout import CacheLayout, fsync_dir, fsync_tree, local_files
-from data_plane.storage.pins import PIN_FILENAME, Pin, exclusive_lock, try_exclusive
+from runtimes.cache.layout import CacheLayout, fsync_dir, fsync_tree, local_files
+from runtimes.cache.pins import PIN_FILENAME, Pin, exclusive_lock, try_exclusive
 
 COMPLETE: Final = "complete.json"
 """Written last in an engine folder; its presence means the folder is usable."""

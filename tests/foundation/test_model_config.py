@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from data_plane import model_config
-from data_plane.model_config import ConfigError
-from data_plane.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelQueuePolicy
+from foundation import model_config
+from foundation.model_config import ConfigError
+from foundation.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup, ModelQueuePolicy
 from runtimes.registry import runtime_class_for
 
 FULL_PBTXT = """

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from data_plane.names import MODEL_NAME_MAX_LENGTH, model_name_problem
 from data_plane.storage.errors import StorageNotAllowedError
 from data_plane.storage.uris import check_model_name
+from foundation.names import MODEL_NAME_MAX_LENGTH, model_name_problem
 
 BAD_NAMES = [
     pytest.param("", id="empty"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data_plane.storage.pins import (
+from runtimes.cache.pins import (
     PIN_FILENAME,
     LockTimeoutError,
     Pin,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from zeroserve.cloudwatch import (
+from foundation.cloudwatch import (
     ACTIVATION_DURATION,
     ACTIVATION_FAILURES,
     ACTIVATIONS,

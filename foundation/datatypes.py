@@ -11,7 +11,7 @@ from typing import Final
 
 import numpy as np
 
-from data_plane.proto import model_config_pb2 as mc
+from foundation.proto import model_config_pb2 as mc
 
 NUMPY_DTYPES: Final[dict[str, np.dtype[np.generic]]] = {
     "BOOL": np.dtype(np.bool_),

@@ -28,14 +28,12 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from data_plane.model_config import is_version
-from data_plane.storage.errors import StorageNotFoundError
-from data_plane.storage.pins import PIN_FILENAME, try_exclusive
+from runtimes.cache.pins import PIN_FILENAME, try_exclusive
 
 MANIFEST: Final = "manifest.json"
 MODEL_FOLDER: Final = "model"
@@ -171,16 +169,6 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def check_model_layout(relatives: Iterable[str], *, uri: str) -> None:
-    """Refuse a folder that holds no model: no numeric version folder with a file in it."""
-    if not any("/" in relative and is_version(relative.split("/", 1)[0]) for relative in relatives):
-        raise StorageNotFoundError(
-            uri=uri,
-            reason="no model here: expected a Triton model folder (config.pbtxt and numeric "
-            "version folders such as 1/model.onnx) or a single model file",
-        )
 
 
 def local_files(folder: Path) -> Iterator[tuple[str, Path]]:

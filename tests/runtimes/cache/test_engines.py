@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from data_plane.storage.engines import (
+from runtimes.cache.engines import (
     COMPLETE,
     EngineCache,
     hardware_identity,
     model_identity,
 )
-from data_plane.storage.pins import PIN_FILENAME, try_exclusive
+from runtimes.cache.pins import PIN_FILENAME, try_exclusive
 
 
 def test_build_publish_open(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from google.protobuf import json_format, text_format
 
-from data_plane.proto.model_config_pb2 import (
+from foundation.proto.model_config_pb2 import (
     ModelConfig,
     ModelInstanceGroup,
     ModelQueuePolicy,
