@@ -2,7 +2,7 @@
 
 Owns the registry and the admin API (``admin``, ``api``), the shared state behind one
 interface with an in-memory and a Redis implementation (``store``, ``records``), putting
-replicas on workers and taking them off (``placer``), cold starts and their timelines
+replicas on workers and taking them off (``placement``), cold starts and their timelines
 (``activation``), the KPA-style autoscaler (``autoscaler``), the idle path to zero
 (``reaper``), the worker processes themselves (``backends``, ``worker_client``), and the
 lease that lets one replica act while the others serve the admin API (``lease``).

@@ -43,7 +43,7 @@ from typing import Any, Protocol, TypeVar
 
 from control_plane.errors import ActivationTimeoutError, ModelNotFoundError, ZeroserveError
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placer import PlaceResult
+from control_plane.placement import PlaceResult
 from control_plane.records import FirstResponse, ModelRecord, Placement
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore

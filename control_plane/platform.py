@@ -46,7 +46,7 @@ from control_plane.backends.local import LocalBackend
 from control_plane.errors import ModelExistsError
 from control_plane.lease import Lease
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placer import Placer
+from control_plane.placement import Placer
 from control_plane.reaper import Reaper
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore

@@ -7,30 +7,22 @@ pool read just before it: a worker with room (preferring one that loaded the mod
 then the fullest), else a new worker if the pool may grow, else an eviction of a sleeping
 or least recently used idle replica, else ``NoCapacityError``.
 
-A replica is retired in the order that loses no request: the placement is removed first (new
-requests take the activation path), activators are given ``placement_propagation_s`` to see
-that, in-flight requests drain (bounded), and only then the worker unloads. A placement asked
-for while its replica is still in the propagation pause is revived in place instead.
-
-A replica of an LLM can be put to sleep the same way instead of unloaded (:meth:`Placer.sleep`):
-after the drain the worker puts its engine to sleep and the store records the replica as
-sleeping (activators never see those). Placing the model then wakes a sleeping replica first
-(no fetch, no engine build); a sleeping replica counts against its worker's room like a
-loaded one, and is the first to go when room is needed. Whoever removes a sleeping record from
-the store owns the replica, so a wake and an unload of the same one never both go ahead.
+Taking replicas away (retiring them, putting them to sleep) is ``retire``; waking a sleeping
+replica and unloading sleepers is ``wake``; the placer tries both before choosing: a replica
+still in its retirement's propagation pause is revived in place, then a sleeping one of the
+model is woken (no fetch, no engine build), and only then is a worker chosen. A sleeping
+replica counts against its worker's room like a loaded one, and is the first to go when room
+is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import enum
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from control_plane.backends.base import PodBackend, PoolSpec
@@ -47,6 +39,9 @@ from control_plane.placement.choose import (
     choose,
     traffic_needed,
 )
+from control_plane.placement.retire import Retirements
+from control_plane.placement.wake import Sleepers
+from control_plane.placement.workers import PoolWorkers
 from control_plane.records import ModelRecord, Placement, WorkerRecord
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
@@ -56,7 +51,6 @@ __all__ = ["PlaceResult", "Placer", "WorkerApi"]
 
 logger = logging.getLogger(__name__)
 
-_DRAIN_POLL_S = 0.1
 _PLACE_ATTEMPTS = 3
 
 
@@ -93,23 +87,6 @@ class PlaceResult:
     """A sleeping replica was woken (``loaded_at`` is when the wake ended)."""
 
 
-class _Phase(enum.Enum):
-    PROPAGATING = "propagating"
-    DRAINING = "draining"
-    UNLOADING = "unloading"
-
-
-@dataclass
-class _Retirement:
-    model: str
-    worker: WorkerRecord
-    placement: Placement
-    phase: _Phase = _Phase.PROPAGATING
-    task: asyncio.Task[None] | None = field(default=None, repr=False)
-    to_sleep: bool = False
-    """Put the replica to sleep instead of unloading it."""
-
-
 class Placer:
     """Places replicas of models on workers of one pool, and retires them.
 
@@ -135,23 +112,23 @@ class Placer:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._backend = backend
         self._pool = pool
         self._workers = workers
         self._settings = settings
         self._clock = clock
         self._wall = wall
         self._lock = asyncio.Lock()
-        self._pending: dict[str, dict[str, int]] = {}
-        """worker id -> model -> bytes reserved for a load in progress."""
-        self._retiring: dict[tuple[str, str], _Retirement] = {}
-        self._stopping: set[str] = set()
-        self._history: dict[str, set[str]] = {}
-        """worker id -> models it has loaded before (its caches are warm for them)."""
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._starts: set[asyncio.Task[WorkerRecord]] = set()
-        self._sleeper_unloads: dict[tuple[str, str], asyncio.Task[None]] = {}
-        """(model, worker id) -> the unload of a replica that was asleep."""
+        self._pool_workers = PoolWorkers(store, backend, pool)
+        self._retirements = Retirements(
+            store,
+            workers,
+            self._pool_workers.find,
+            propagation_s=settings.placement_propagation_s,
+            drain_timeout_s=settings.drain_timeout_s,
+            clock=clock,
+            wall=wall,
+        )
+        self._sleepers = Sleepers(store, workers, self._pool_workers.find, clock=clock)
 
     # ---- placing ----
 
@@ -189,10 +166,10 @@ class Placer:
         evicted: tuple[str, ...] = ()
         try:
             if isinstance(decision, Evict) and decision.is_sleeping:
-                await self.unload_sleeping(decision.victim.model, decision.victim.worker_id)
+                await self._sleepers.unload(decision.victim.model, decision.victim.worker_id)
                 evicted = (decision.victim.model,)
             elif isinstance(decision, Evict):
-                await self.retire(
+                await self._retirements.retire(
                     decision.victim.model, decision.victim.worker_id, reason="evicted"
                 )
                 evicted = (decision.victim.model,)
@@ -201,19 +178,12 @@ class Placer:
             await self._store.remove_sleeping(model.name, worker.id)
             report = await self._workers.load(worker, model)
             loaded_at = self._clock()
-            placement = Placement(
-                model=model.name,
-                worker_id=worker.id,
-                url=worker.url,
-                generation=model.generation,
-                since=self._wall(),
-            )
-            if worker.id not in {w.id for w in self._backend.list_workers()}:
+            if self._pool_workers.find(worker.id) is None:
                 raise UpstreamError(worker=worker.id, reason="the worker went away during the load")
-            await self._store.add_placement(placement)
-            self._history.setdefault(worker.id, set()).add(model.name)
+            placement = await self._publish(model, worker)
+            self._pool_workers.loaded(worker.id, model.name)
         finally:
-            self._release(worker.id, model.name)
+            self._pool_workers.release(worker.id, model.name)
         logger.info(
             "placed %s on %s (%s worker, load %.3f s, cache %s)",
             model.name,
@@ -247,18 +217,18 @@ class Placer:
                     case NoCapacity(reason=reason):
                         raise NoCapacityError(model=model.name, reason=reason)
                     case Place(worker=worker) | Evict(worker=worker):
-                        self._reserve(worker.id, model.name, need)
+                        self._pool_workers.reserve(worker.id, model.name, need)
                         return worker, decision
                     case StartWorker():
-                        start = self._begin_start(reserve=(model.name, need))
+                        start = self._pool_workers.start(reserve=(model.name, need))
                     case WaitForStarts():
-                        waiting = set(self._starts)
+                        waiting = self._pool_workers.starts()
             if start is not None:
                 try:
                     return await asyncio.shield(start), decision
                 except asyncio.CancelledError:
                     # The start goes on without us; drop the room it reserved for us.
-                    start.add_done_callback(partial(self._release_started, model=model.name))
+                    self._pool_workers.release_when_started(start, model.name)
                     raise
             # The pool is full of workers still starting: one of them may have room. (When
             # they ended while the traffic was read, the next choice sees their workers.)
@@ -268,38 +238,12 @@ class Placer:
     async def start_worker(self) -> WorkerRecord:
         """Start one worker of the pool and publish it; ``NoCapacityError`` at max_workers."""
         async with self._lock:
-            if self._worker_count() >= self._pool.max_workers:
+            if self._pool_workers.count() >= self._pool.max_workers:
                 raise NoCapacityError(
                     model="*", reason=f"the pool is at max_workers={self._pool.max_workers}"
                 )
-            task = self._begin_start()
+            task = self._pool_workers.start()
         return await asyncio.shield(task)
-
-    def _begin_start(self, *, reserve: tuple[str, int] | None = None) -> asyncio.Task[WorkerRecord]:
-        task = asyncio.create_task(self._start(reserve), name=f"start-worker-{self._pool.name}")
-        self._starts.add(task)
-        task.add_done_callback(self._starts.discard)
-        return task
-
-    async def _start(self, reserve: tuple[str, int] | None) -> WorkerRecord:
-        worker = await self._backend.start_worker(self._pool.name)
-        if reserve is not None:
-            # Reserved before any await: the reaper must not find the new worker idle.
-            self._reserve(worker.id, *reserve)
-        try:
-            await self._store.put_worker(worker)
-        except BaseException:
-            if reserve is not None:
-                self._release(worker.id, reserve[0])
-            raise
-        return worker
-
-    def _release_started(self, task: asyncio.Task[WorkerRecord], *, model: str) -> None:
-        if not task.cancelled() and task.exception() is None:
-            self._release(task.result().id, model)
-
-    def _worker_count(self) -> int:
-        return len(self._backend.list_workers(self._pool.name)) + len(self._starts)
 
     async def _view(self, model: ModelRecord) -> PoolView:
         """The pool as ``choose`` needs it to place ``model``: every store read comes first,
@@ -310,16 +254,16 @@ class Placer:
         models = {m.name: m for m in await self._store.list_models()}
         view = PoolView(
             pool=self._pool,
-            workers=tuple(self._backend.list_workers(self._pool.name)),
-            starting=len(self._starts),
+            workers=self._pool_workers.listed(),
+            starting=len(self._pool_workers.starts()),
             placements=placements,
             sleeping=sleeping,
             models=models,
-            reserved={w: dict(loads) for w, loads in self._pending.items()},
-            retiring=frozenset(self._retiring),
-            unloading=frozenset(self._sleeper_unloads),
-            stopping=frozenset(self._stopping),
-            warm={w: frozenset(names) for w, names in self._history.items()},
+            reserved=self._pool_workers.reserved(),
+            retiring=self._retirements.pairs(),
+            unloading=self._sleepers.unloading(),
+            stopping=self._pool_workers.stopping(),
+            warm=self._pool_workers.warm(),
             max_models_per_worker=self._settings.max_models_per_worker,
         )
         wanted = traffic_needed(view, model)
@@ -334,25 +278,13 @@ class Placer:
             )
         return dataclasses.replace(view, traffic=traffic)
 
-    def _reserve(self, worker_id: str, model: str, need: int) -> None:
-        self._pending.setdefault(worker_id, {})[model] = need
-
-    def _release(self, worker_id: str, model: str) -> None:
-        pending = self._pending.get(worker_id)
-        if pending is not None:
-            pending.pop(model, None)
-            if not pending:
-                del self._pending[worker_id]
-
     async def reload(self, model: ModelRecord) -> None:
         """Load ``model``'s current generation in place on every worker that serves an older
         one; the worker keeps serving the old one until the new one is ready."""
         for placement in await self._store.list_placements(model.name):
             if placement.generation >= model.generation:
                 continue
-            worker = next(
-                (w for w in self._backend.list_workers() if w.id == placement.worker_id), None
-            )
+            worker = self._pool_workers.find(placement.worker_id)
             if worker is None:
                 continue
             await self._workers.load(worker, model)
@@ -363,7 +295,7 @@ class Placer:
                 "reloaded %s on %s (generation %d)", model.name, worker.id, model.generation
             )
 
-    # ---- retiring ----
+    # ---- retiring and waking ----
 
     async def retire(self, model: str, worker_id: str, *, reason: str) -> None:
         """Take the replica of ``model`` on ``worker_id`` away, losing no request.
@@ -371,242 +303,87 @@ class Placer:
         Returns once the worker has unloaded it (or is gone). Joins a retirement already
         under way; does nothing when there is no such placement.
         """
-        await self._take_away(model, worker_id, reason=reason, to_sleep=False)
+        await self._retirements.retire(model, worker_id, reason=reason)
 
     async def sleep(self, model: str, worker_id: str) -> None:
         """Put the replica of ``model`` on ``worker_id`` to sleep, losing no request: as
         :meth:`retire`, but the worker's engine sleeps instead of unloading, and the store
         records the replica as sleeping. A worker that cannot sleep it unloads it."""
-        await self._take_away(model, worker_id, reason="sleep", to_sleep=True)
-
-    async def _take_away(self, model: str, worker_id: str, *, reason: str, to_sleep: bool) -> None:
-        key = (model, worker_id)
-        retirement = self._retiring.get(key)
-        if retirement is None:
-            placement = next(
-                (p for p in await self._store.list_placements(model) if p.worker_id == worker_id),
-                None,
-            )
-            worker = next((w for w in self._backend.list_workers() if w.id == worker_id), None)
-            retirement = self._retiring.get(key)  # one may have begun during the awaits
-            if retirement is None:
-                if placement is None:
-                    return
-                if worker is None:
-                    await self._store.remove_placement(model, worker_id)
-                    return
-                retirement = _Retirement(
-                    model=model, worker=worker, placement=placement, to_sleep=to_sleep
-                )
-                retirement.task = asyncio.create_task(
-                    self._retire(retirement, reason), name=f"retire-{model}-{worker_id}"
-                )
-                self._retiring[key] = retirement
-        assert retirement.task is not None
-        # wait(), not shield(): the retirement's own cancellation (a revival) is no error
-        # here, while a cancellation of the caller still propagates.
-        await asyncio.wait([retirement.task])
+        await self._retirements.sleep(model, worker_id)
 
     def retire_soon(self, model: str, worker_id: str, *, reason: str) -> None:
         """Start retiring a replica without waiting for it."""
-        task = asyncio.create_task(
-            self.retire(model, worker_id, reason=reason), name=f"retire-soon-{model}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._retirements.retire_soon(model, worker_id, reason=reason)
 
     def is_retiring(self, model: str) -> bool:
-        return any(m == model for (m, _) in self._retiring)
-
-    async def _retire(self, retirement: _Retirement, reason: str) -> None:
-        model, worker = retirement.model, retirement.worker
-        logger.info(
-            "retiring %s from %s (%s)",
-            model,
-            worker.id,
-            reason,
-            extra={"model": model, "worker": worker.id},
-        )
-        try:
-            await self._store.remove_placement(model, worker.id)
-            await asyncio.sleep(self._settings.placement_propagation_s)
-            retirement.phase = _Phase.DRAINING
-            await self._drain(model)
-            retirement.phase = _Phase.UNLOADING
-            if retirement.to_sleep and await self._sleep_replica(retirement):
-                return
-            try:
-                await self._workers.unload(worker, model)
-            except UpstreamError as exc:
-                logger.warning("unloading %s from %s: %s", model, worker.id, exc.message)
-            logger.info("unloaded %s from %s", model, worker.id, extra={"model": model})
-        finally:
-            self._retiring.pop((model, worker.id), None)
-
-    async def _sleep_replica(self, retirement: _Retirement) -> bool:
-        """Ask the worker to put the drained replica to sleep and record it; False when the
-        worker cannot (the caller unloads it instead)."""
-        model, worker = retirement.model, retirement.worker
-        try:
-            await self._workers.sleep(worker, model)
-        except UpstreamError as exc:
-            logger.warning(
-                "%s on %s cannot sleep (%s); unloading it", model, worker.id, exc.message
-            )
-            return False
-        await self._store.put_sleeping(
-            dataclasses.replace(retirement.placement, since=self._wall())
-        )
-        logger.info(
-            "%s asleep on %s", model, worker.id, extra={"model": model, "worker": worker.id}
-        )
-        return True
-
-    async def _wake(self, model: ModelRecord) -> PlaceResult | None:
-        """Wake a sleeping replica of ``model``, if one is left of its current generation."""
-        for sleeper in await self._store.list_sleeping(model.name):
-            worker = next(
-                (w for w in self._backend.list_workers() if w.id == sleeper.worker_id), None
-            )
-            if sleeper.generation != model.generation or worker is None:
-                self._unload_sleeper_soon(sleeper.model, sleeper.worker_id)
-                continue
-            # Removing the record claims the replica: a concurrent unload_sleeping loses.
-            if not await self._store.remove_sleeping(model.name, worker.id):
-                continue
-            started = self._clock()
-            try:
-                await self._workers.wake(worker, model.name)
-            except UpstreamError as exc:
-                logger.warning("waking %s on %s failed: %s", model.name, worker.id, exc.message)
-                self._track_sleeper_unload(model.name, worker)
-                continue
-            woken_at = self._clock()
-            placement = Placement(
-                model=model.name,
-                worker_id=worker.id,
-                url=worker.url,
-                generation=model.generation,
-                since=self._wall(),
-            )
-            await self._store.add_placement(placement)
-            self._history.setdefault(worker.id, set()).add(model.name)
-            logger.info(
-                "woke %s on %s in %.3f s",
-                model.name,
-                worker.id,
-                woken_at - started,
-                extra={"model": model.name, "worker": worker.id},
-            )
-            return PlaceResult(
-                placement=placement,
-                worker=worker,
-                is_worker_started=False,
-                is_revived=False,
-                worker_ready_at=started,
-                loaded_at=woken_at,
-                load=None,
-                is_woken=True,
-            )
-        return None
+        return self._retirements.is_retiring(model)
 
     async def unload_sleeping(self, model: str, worker_id: str) -> None:
         """Unload a sleeping replica (idle past its timeout, evicted, or stale); does nothing
         when it is not asleep any more (woken, or unloaded by someone else)."""
-        key = (model, worker_id)
-        running = self._sleeper_unloads.get(key)
-        if running is None:
-            if not await self._store.remove_sleeping(model, worker_id):
-                return
-            worker = next((w for w in self._backend.list_workers() if w.id == worker_id), None)
-            if worker is None:
-                return
-            running = self._track_sleeper_unload(model, worker)
-        await asyncio.wait([running])
-
-    def _unload_sleeper_soon(self, model: str, worker_id: str) -> None:
-        task = asyncio.create_task(
-            self.unload_sleeping(model, worker_id), name=f"unload-sleeping-{model}"
-        )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _track_sleeper_unload(self, model: str, worker: WorkerRecord) -> asyncio.Task[None]:
-        """Unload ``model`` from ``worker`` (already claimed from the store) in a task that
-        loads of the model wait for."""
-        key = (model, worker.id)
-
-        async def unload() -> None:
-            try:
-                await self._workers.unload(worker, model)
-                logger.info("unloaded sleeping %s from %s", model, worker.id)
-            except UpstreamError as exc:
-                logger.warning("unloading sleeping %s from %s: %s", model, worker.id, exc.message)
-            finally:
-                self._sleeper_unloads.pop(key, None)
-
-        task = asyncio.create_task(unload(), name=f"unload-sleeping-{model}-{worker.id}")
-        self._sleeper_unloads[key] = task
-        return task
-
-    async def _drain(self, model: str) -> None:
-        """Wait for the model's in-flight requests while no other replica serves it.
-
-        With other replicas up the in-flight count is theirs too and never settles; the
-        worker's unload then drains what this replica accepted.
-        """
-        deadline = self._clock() + self._settings.drain_timeout_s
-        while self._clock() < deadline:
-            if await self._store.list_placements(model):
-                return
-            reports = await self._store.traffic(model)
-            if sum(r.in_flight for r in reports) == 0:
-                return
-            await asyncio.sleep(_DRAIN_POLL_S)
-        logger.warning("drain of %s timed out; unloading anyway", model)
+        await self._sleepers.unload(model, worker_id)
 
     async def _revive(self, model: ModelRecord) -> PlaceResult | None:
         """Put back a replica of ``model`` still in its propagation pause, if there is one."""
-        for (name, _), retirement in list(self._retiring.items()):
-            if name != model.name or retirement.phase is not _Phase.PROPAGATING:
-                continue
-            if retirement.placement.generation != model.generation:
-                continue
-            assert retirement.task is not None
-            retirement.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await retirement.task
-            if retirement.phase is not _Phase.PROPAGATING:
-                continue  # it moved on before the cancel landed; let the unload finish
-            now = self._clock()
-            placement = Placement(
-                model=model.name,
-                worker_id=retirement.worker.id,
-                url=retirement.worker.url,
-                generation=model.generation,
-                since=self._wall(),
-            )
-            await self._store.add_placement(placement)
-            logger.info("revived %s on %s", model.name, retirement.worker.id)
-            return PlaceResult(
-                placement=placement,
-                worker=retirement.worker,
-                is_worker_started=False,
-                is_revived=True,
-                worker_ready_at=now,
-                loaded_at=now,
-                load=None,
-            )
-        return None
+        worker = await self._retirements.revive(model)
+        if worker is None:
+            return None
+        now = self._clock()
+        placement = await self._publish(model, worker)
+        logger.info("revived %s on %s", model.name, worker.id)
+        return PlaceResult(
+            placement=placement,
+            worker=worker,
+            is_worker_started=False,
+            is_revived=True,
+            worker_ready_at=now,
+            loaded_at=now,
+            load=None,
+        )
+
+    async def _wake(self, model: ModelRecord) -> PlaceResult | None:
+        """Wake a sleeping replica of ``model``, if one is left of its current generation."""
+        woken = await self._sleepers.wake(model)
+        if woken is None:
+            return None
+        worker = woken.worker
+        placement = await self._publish(model, worker)
+        self._pool_workers.loaded(worker.id, model.name)
+        logger.info(
+            "woke %s on %s in %.3f s",
+            model.name,
+            worker.id,
+            woken.woken_at - woken.started_at,
+            extra={"model": model.name, "worker": worker.id},
+        )
+        return PlaceResult(
+            placement=placement,
+            worker=worker,
+            is_worker_started=False,
+            is_revived=False,
+            worker_ready_at=woken.started_at,
+            loaded_at=woken.woken_at,
+            load=None,
+            is_woken=True,
+        )
 
     async def _await_unloads(self, model: str) -> None:
         """Let unloads of ``model`` finish: a load racing an unload on one worker loses."""
-        tasks: list[asyncio.Task[None]] = [
-            r.task for (m, _), r in self._retiring.items() if m == model and r.task
-        ]
-        tasks += [t for (m, _), t in self._sleeper_unloads.items() if m == model]
+        tasks = [*self._retirements.tasks_of(model), *self._sleepers.tasks_of(model)]
         if tasks:
             await asyncio.wait(tasks)
+
+    async def _publish(self, model: ModelRecord, worker: WorkerRecord) -> Placement:
+        """Add the placement of ``model`` on ``worker`` (activators route to it from now)."""
+        placement = Placement(
+            model=model.name,
+            worker_id=worker.id,
+            url=worker.url,
+            generation=model.generation,
+            since=self._wall(),
+        )
+        await self._store.add_placement(placement)
+        return placement
 
     # ---- workers ----
 
@@ -614,9 +391,9 @@ class Placer:
         """No replica (``placements`` should hold sleeping ones too), load or unload on the
         worker."""
         return (
-            worker_id not in self._pending
-            and not any(w == worker_id for (_, w) in self._retiring)
-            and not any(w == worker_id for (_, w) in self._sleeper_unloads)
+            not self._pool_workers.is_reserved(worker_id)
+            and not self._retirements.is_on(worker_id)
+            and not self._sleepers.is_on(worker_id)
             and not any(p.worker_id == worker_id for p in placements)
         )
 
@@ -624,32 +401,26 @@ class Placer:
         """Stop the worker unless something was placed on it meanwhile; True if stopped."""
         async with self._lock:
             placements = await self._store.list_placements() + await self._store.list_sleeping()
-            if not self.is_idle(worker_id, placements) or worker_id in self._stopping:
+            if not self.is_idle(worker_id, placements):
                 return False
-            self._stopping.add(worker_id)
-        try:
-            await self._store.remove_worker(worker_id)
-            await self._backend.stop_worker(worker_id)
-        finally:
-            self._stopping.discard(worker_id)
-            self._history.pop(worker_id, None)
+            if not self._pool_workers.claim_stop(worker_id):
+                return False
+        await self._pool_workers.stop(worker_id)
         return True
 
     async def forget_worker(self, worker_id: str) -> None:
         """A worker died: drop its placements (publishing REMOVED) and what we knew of it."""
         await self._store.remove_worker(worker_id)
-        self._history.pop(worker_id, None)
-        for key in [k for k in self._retiring if k[1] == worker_id]:
-            retirement = self._retiring.get(key)
-            if retirement is not None and retirement.task is not None:
-                retirement.task.cancel()
+        self._pool_workers.forget(worker_id)
+        self._retirements.cancel_on(worker_id)
 
     async def close(self) -> None:
         """Cancel background retirements (the workers are stopped after this anyway)."""
         tasks: list[asyncio.Task[Any]] = [
-            r.task for r in self._retiring.values() if r.task is not None
+            *self._retirements.tasks(),
+            *self._pool_workers.starts(),
+            *self._sleepers.tasks(),
         ]
-        tasks += [*self._tasks, *self._starts, *self._sleeper_unloads.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

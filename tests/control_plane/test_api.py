@@ -17,7 +17,7 @@ from control_plane.admin import AdminService
 from control_plane.api.app import create_app
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placer import Placer
+from control_plane.placement import Placer
 from control_plane.records import TrafficReport
 from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.memory import MemoryStateStore

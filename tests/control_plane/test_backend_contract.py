@@ -25,7 +25,7 @@ import pytest
 from control_plane.backends.base import PodBackend, PoolSpec
 from control_plane.backends.local import LocalBackend, free_port
 from control_plane.errors import NoCapacityError
-from control_plane.placer import Placer
+from control_plane.placement import Placer
 from control_plane.records import ModelRecord, WorkerRecord
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.memory import MemoryStateStore

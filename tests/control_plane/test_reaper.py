@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placer import Placer
+from control_plane.placement import Placer
 from control_plane.reaper import PoolState, Reaper, WorkerDecision, decide_workers
 from control_plane.records import (
     ModelRecord,

@@ -16,7 +16,7 @@ from control_plane.admin import AdminService
 from control_plane.api import schemas
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placer import Placer
+from control_plane.placement import Placer
 from control_plane.records import ModelRecord, ResourceSpec, ScalingSpec
 from control_plane.store.memory import MemoryStateStore
 from tests.control_plane.fakes import FakeBackend, FakeWorkers, make_settings

@@ -1,0 +1,252 @@
+"""Taking replicas away without losing a request: retiring them, or putting them to sleep.
+
+A replica is retired in the order that loses no request: the placement is removed first (new
+requests take the activation path), activators are given ``placement_propagation_s`` to see
+that, in-flight requests drain (bounded by ``drain_timeout_s``), and only then the worker
+unloads. A placement asked for while its replica is still in the propagation pause is revived
+in place instead (:meth:`Retirements.revive`).
+
+A replica of an LLM can be put to sleep the same way instead of unloaded: after the drain the
+worker puts its engine to sleep and the store records the replica as sleeping (activators
+never see those). Waking it, or unloading it later, is ``control_plane.placement.wake``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from control_plane.errors import UpstreamError
+from control_plane.records import ModelRecord, Placement, WorkerRecord
+from control_plane.store.base import StateStore
+
+__all__ = ["FindWorker", "ReplicaUnloader", "Retirements"]
+
+logger = logging.getLogger(__name__)
+
+_DRAIN_POLL_S = 0.1
+
+FindWorker = Callable[[str], WorkerRecord | None]
+"""The worker with this id, if the backend still has it."""
+
+
+class ReplicaUnloader(Protocol):
+    """What retiring needs of the workers' HTTP API."""
+
+    async def unload(self, worker: WorkerRecord, model: str) -> None: ...
+
+    async def sleep(self, worker: WorkerRecord, model: str) -> None: ...
+
+
+class _Phase(enum.Enum):
+    PROPAGATING = "propagating"
+    DRAINING = "draining"
+    UNLOADING = "unloading"
+
+
+@dataclass
+class _Retirement:
+    model: str
+    worker: WorkerRecord
+    placement: Placement
+    phase: _Phase = _Phase.PROPAGATING
+    task: asyncio.Task[None] | None = field(default=None, repr=False)
+    to_sleep: bool = False
+    """Put the replica to sleep instead of unloading it."""
+
+
+class Retirements:
+    """The replicas being taken away, each in a task of its own, one per (model, worker).
+
+    Parameters:
+        store: placements are removed and sleeping replicas recorded here; its traffic
+            tells when a drain is over.
+        workers: the unload and sleep calls to workers.
+        find_worker: the backend's record of a worker, by id.
+        propagation_s: how long activators get to see a removed placement.
+        drain_timeout_s: the longest wait for in-flight requests before unloading anyway.
+        clock: monotonic seconds (the drain's deadline).
+        wall: wall-clock seconds since the epoch (when a replica fell asleep).
+    """
+
+    def __init__(
+        self,
+        store: StateStore,
+        workers: ReplicaUnloader,
+        find_worker: FindWorker,
+        *,
+        propagation_s: float,
+        drain_timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._workers = workers
+        self._find_worker = find_worker
+        self._propagation_s = propagation_s
+        self._drain_timeout_s = drain_timeout_s
+        self._clock = clock
+        self._wall = wall
+        self._retiring: dict[tuple[str, str], _Retirement] = {}
+        self._soon: set[asyncio.Task[None]] = set()
+
+    async def retire(self, model: str, worker_id: str, *, reason: str) -> None:
+        """Take the replica of ``model`` on ``worker_id`` away, losing no request.
+
+        Returns once the worker has unloaded it (or is gone). Joins a retirement already
+        under way; does nothing when there is no such placement.
+        """
+        await self._take_away(model, worker_id, reason=reason, to_sleep=False)
+
+    async def sleep(self, model: str, worker_id: str) -> None:
+        """As :meth:`retire`, but the worker's engine sleeps instead of unloading, and the
+        store records the replica as sleeping. A worker that cannot sleep it unloads it."""
+        await self._take_away(model, worker_id, reason="sleep", to_sleep=True)
+
+    def retire_soon(self, model: str, worker_id: str, *, reason: str) -> None:
+        """Start retiring a replica without waiting for it."""
+        task = asyncio.create_task(
+            self.retire(model, worker_id, reason=reason), name=f"retire-soon-{model}"
+        )
+        self._soon.add(task)
+        task.add_done_callback(self._soon.discard)
+
+    def is_retiring(self, model: str) -> bool:
+        return any(m == model for (m, _) in self._retiring)
+
+    def pairs(self) -> frozenset[tuple[str, str]]:
+        """(model, worker id) of every retirement under way."""
+        return frozenset(self._retiring)
+
+    def is_on(self, worker_id: str) -> bool:
+        """A retirement is under way on the worker."""
+        return any(w == worker_id for (_, w) in self._retiring)
+
+    def tasks_of(self, model: str) -> list[asyncio.Task[None]]:
+        """The retirements of ``model`` under way (a load of it waits for them)."""
+        return [r.task for (m, _), r in self._retiring.items() if m == model and r.task]
+
+    def cancel_on(self, worker_id: str) -> None:
+        """The worker died: stop its retirements where they are."""
+        for key in [k for k in self._retiring if k[1] == worker_id]:
+            retirement = self._retiring.get(key)
+            if retirement is not None and retirement.task is not None:
+                retirement.task.cancel()
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """Every background task, for the placer to cancel when it closes."""
+        tasks = [r.task for r in self._retiring.values() if r.task is not None]
+        return [*tasks, *self._soon]
+
+    async def revive(self, model: ModelRecord) -> WorkerRecord | None:
+        """Stop a retirement of ``model``'s current generation that is still in its
+        propagation pause, and return its worker (the replica is still loaded there); the
+        caller publishes the placement again. None when there is none."""
+        for (name, _), retirement in list(self._retiring.items()):
+            if name != model.name or retirement.phase is not _Phase.PROPAGATING:
+                continue
+            if retirement.placement.generation != model.generation:
+                continue
+            assert retirement.task is not None
+            retirement.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await retirement.task
+            if retirement.phase is not _Phase.PROPAGATING:
+                continue  # it moved on before the cancel landed; let the unload finish
+            return retirement.worker
+        return None
+
+    async def _take_away(self, model: str, worker_id: str, *, reason: str, to_sleep: bool) -> None:
+        key = (model, worker_id)
+        retirement = self._retiring.get(key)
+        if retirement is None:
+            placement = next(
+                (p for p in await self._store.list_placements(model) if p.worker_id == worker_id),
+                None,
+            )
+            worker = self._find_worker(worker_id)
+            retirement = self._retiring.get(key)  # one may have begun during the awaits
+            if retirement is None:
+                if placement is None:
+                    return
+                if worker is None:
+                    await self._store.remove_placement(model, worker_id)
+                    return
+                retirement = _Retirement(
+                    model=model, worker=worker, placement=placement, to_sleep=to_sleep
+                )
+                retirement.task = asyncio.create_task(
+                    self._retire(retirement, reason), name=f"retire-{model}-{worker_id}"
+                )
+                self._retiring[key] = retirement
+        assert retirement.task is not None
+        # wait(), not shield(): the retirement's own cancellation (a revival) is no error
+        # here, while a cancellation of the caller still propagates.
+        await asyncio.wait([retirement.task])
+
+    async def _retire(self, retirement: _Retirement, reason: str) -> None:
+        model, worker = retirement.model, retirement.worker
+        logger.info(
+            "retiring %s from %s (%s)",
+            model,
+            worker.id,
+            reason,
+            extra={"model": model, "worker": worker.id},
+        )
+        try:
+            await self._store.remove_placement(model, worker.id)
+            await asyncio.sleep(self._propagation_s)
+            retirement.phase = _Phase.DRAINING
+            await self._drain(model)
+            retirement.phase = _Phase.UNLOADING
+            if retirement.to_sleep and await self._sleep_replica(retirement):
+                return
+            try:
+                await self._workers.unload(worker, model)
+            except UpstreamError as exc:
+                logger.warning("unloading %s from %s: %s", model, worker.id, exc.message)
+            logger.info("unloaded %s from %s", model, worker.id, extra={"model": model})
+        finally:
+            self._retiring.pop((model, worker.id), None)
+
+    async def _sleep_replica(self, retirement: _Retirement) -> bool:
+        """Ask the worker to put the drained replica to sleep and record it; False when the
+        worker cannot (the caller unloads it instead)."""
+        model, worker = retirement.model, retirement.worker
+        try:
+            await self._workers.sleep(worker, model)
+        except UpstreamError as exc:
+            logger.warning(
+                "%s on %s cannot sleep (%s); unloading it", model, worker.id, exc.message
+            )
+            return False
+        await self._store.put_sleeping(
+            dataclasses.replace(retirement.placement, since=self._wall())
+        )
+        logger.info(
+            "%s asleep on %s", model, worker.id, extra={"model": model, "worker": worker.id}
+        )
+        return True
+
+    async def _drain(self, model: str) -> None:
+        """Wait for the model's in-flight requests while no other replica serves it.
+
+        With other replicas up the in-flight count is theirs too and never settles; the
+        worker's unload then drains what this replica accepted.
+        """
+        deadline = self._clock() + self._drain_timeout_s
+        while self._clock() < deadline:
+            if await self._store.list_placements(model):
+                return
+            reports = await self._store.traffic(model)
+            if sum(r.in_flight for r in reports) == 0:
+                return
+            await asyncio.sleep(_DRAIN_POLL_S)
+        logger.warning("drain of %s timed out; unloading anyway", model)
