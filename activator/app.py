@@ -33,7 +33,7 @@ from activator.traffic import Traffic, TrafficSink
 from activator.upstream import UpstreamPool, UpstreamTimeouts
 from activator.watch import ReplicaWatch, probe_live
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
-from zeroserve.http import handle_http_exception, handle_unexpected
+from foundation.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from activator.errors import (
     UpstreamTimeoutError,
     ZeroserveError,
 )
-from zeroserve.http import (
+from foundation.http import (
     error_response,
     status_for as _status_for,
 )

@@ -10,7 +10,7 @@ from starlette.types import ASGIApp
 
 from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
-from zeroserve.http import DrainingServer, http_config
+from foundation.http import DrainingServer, http_config
 
 logger = logging.getLogger(__name__)
 

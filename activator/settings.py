@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from zeroserve.http import ServerLimits
+from foundation.http import ServerLimits
 
 
 class ActivatorSettings(BaseSettings, ServerLimits):

@@ -53,7 +53,7 @@ from control_plane.store.base import StateStore
 from control_plane.store.factory import open_state_store
 from control_plane.worker_client import WorkerClient
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
-from zeroserve.http import ServerLimits, http_config
+from foundation.http import ServerLimits, http_config
 
 if TYPE_CHECKING:
     from control_plane.backends.knative.settings import KnativeSettings

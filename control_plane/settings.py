@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Self
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from zeroserve.http import ServerLimits
+from foundation.http import ServerLimits
 
 __all__ = ["AdminClientSettings", "ControlPlaneSettings"]
 

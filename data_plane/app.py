@@ -22,10 +22,10 @@ from data_plane.routes import generate, infer, metrics, models, repository, serv
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 from data_plane.state import Lifecycle, ServerState
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
+from foundation.http import handle_http_exception, handle_unexpected
 from runtimes.base import RuntimeOptions
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.engine_process import SpareEngines
-from zeroserve.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)
 

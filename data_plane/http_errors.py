@@ -16,7 +16,7 @@ from data_plane.errors import (
     UnsupportedError,
     ZeroserveError,
 )
-from zeroserve.http import (
+from foundation.http import (
     error_response,
     status_for as _status_for,
 )

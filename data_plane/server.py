@@ -11,7 +11,7 @@ from data_plane.devices import cuda_device_count
 from data_plane.metrics import Metrics
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
-from zeroserve.http import DrainingServer, http_config
+from foundation.http import DrainingServer, http_config
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from zeroserve.http import ServerLimits
+from foundation.http import ServerLimits
 
 
 class ModelControlMode(enum.StrEnum):

@@ -23,7 +23,7 @@ from control_plane.errors import (
     UpstreamError,
     ZeroserveError,
 )
-from zeroserve.http import (
+from foundation.http import (
     error_response,
     handle_http_exception,
     handle_unexpected,

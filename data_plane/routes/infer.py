@@ -24,8 +24,8 @@ from data_plane.http_errors import from_error
 from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
 from data_plane.routes.body import ClientDisconnectedError, read_asgi_body
 from data_plane.state import ServerState
+from foundation.http import error_response
 from foundation.model_config import is_version
-from zeroserve.http import error_response
 
 logger = logging.getLogger(__name__)
 

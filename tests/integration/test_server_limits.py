@@ -1,4 +1,4 @@
-"""Every zeroserve server bounds its clients' connections (`zeroserve.http.ServerLimits`):
+"""Every zeroserve server bounds its clients' connections (`foundation.http.ServerLimits`):
 oversized heads get 431, slow heads 408, stalled bodies and idle connections are closed, and
 connections past the cap make room or get 503. Real processes on free loopback ports, driven
 through raw sockets; the limits are shortened through each server's environment.
