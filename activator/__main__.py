@@ -1,51 +1,10 @@
-"""``python -m activator``: the same as ``zeroserve activator``; the composition root of a
-standalone activator (cluster mode).
-
-A standalone activator reaches the control plane only through the shared state store: it
-follows placements, asks for activations with ``store.request_activation`` (the acting
-control plane consumes them with ``subscribe_activation_requests``) and reports traffic and
-first responses there.
-"""
+"""``python -m activator``: the same as ``zeroserve activator`` (composed in
+``zeroserve.activator_server``, where the control plane's state store is opened)."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import sys
 from collections.abc import Sequence
-
-from activator.app import create_app
-from activator.server import create_server, loop_factory
-from activator.settings import ActivatorSettings
-from activator.state import Lifecycle
-
-
-def serve(settings: ActivatorSettings, activator_id: str) -> int:
-    """Serve until SIGINT or SIGTERM (draining first); the exit status."""
-    # One line per proxied request would drown the log (and cost time), as in ``up``.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(_serve(settings, activator_id))
-    return 0
-
-
-async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
-    # Imported here: a cluster store pulls in its client library only when it is used.
-    from control_plane.store.factory import open_state_store
-
-    try:
-        store = open_state_store(settings.state_url)
-    except ValueError as exc:
-        raise SystemExit(f"activator: {exc}") from None
-    try:
-        lifecycle = Lifecycle()
-        app = create_app(
-            settings, store, store.request_activation, activator_id, lifecycle=lifecycle
-        )
-        await create_server(app, settings, lifecycle).serve()
-    finally:
-        await store.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

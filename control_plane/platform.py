@@ -36,9 +36,9 @@ from starlette.types import ASGIApp
 
 from activator.settings import ActivatorSettings
 from control_plane.activation import Orchestrator
-from control_plane.admin import AdminService
 from control_plane.api import schemas
 from control_plane.api.app import create_app as create_admin_app
+from control_plane.api.service import AdminService
 from control_plane.autoscaler.loop import AutoscalerLoop
 from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.backends.base import PodBackend, PoolSpec

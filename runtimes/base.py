@@ -6,20 +6,19 @@ import abc
 import asyncio
 import enum
 import logging
+import subprocess
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from data_plane.errors import ModelLoadError
 from foundation import model_config
 from foundation.proto.model_config_pb2 import ModelConfig
-
-if TYPE_CHECKING:
-    from runtimes.llm.engine_process import SpareEngines
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +43,23 @@ class RuntimeCapabilities:
     """Offers a sleeping state (weights off the device, caches freed) between loaded and not."""
 
 
+class SpareEngineProcesses(Protocol):
+    """Engine processes started ahead of a load (``runtimes.llm.engine_process.SpareEngines``).
+
+    Declared here, beside the options that carry one, so that this generic interface does
+    not import the LLM runtimes that use it.
+    """
+
+    def take(self) -> tuple[subprocess.Popen[Any], Connection] | None:
+        """A started process and its connection, if one is still running."""
+
+    def refill(self) -> None:
+        """Start a process for the next load unless there is one (returns at once)."""
+
+    def close(self) -> None:
+        """Stop the spare process (blocking, bounded); later refills start none."""
+
+
 @dataclass(frozen=True)
 class RuntimeOptions:
     """Node-level knobs a runtime takes from the server's settings, not from the model."""
@@ -56,8 +72,9 @@ class RuntimeOptions:
     """Threads an engine may use across operators; 0 lets the engine choose."""
     drain_timeout_s: float = 30.0
     """How long :meth:`ModelRuntime.sleep` lets requests in flight finish before aborting them."""
-    spare_engines: SpareEngines | None = None
-    """The server's spare LLM engine process (see :class:`SpareEngines`); None: none kept."""
+    spare_engines: SpareEngineProcesses | None = None
+    """The server's spare LLM engine process (see :class:`SpareEngineProcesses`); None: none
+    kept."""
 
 
 class ModelRuntime(abc.ABC):

@@ -254,8 +254,8 @@ def _activator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _activator(args: argparse.Namespace) -> int:
-    from activator.__main__ import serve
     from activator.settings import ActivatorSettings
+    from zeroserve.activator_server import serve
 
     overrides = {
         key: value
@@ -372,8 +372,15 @@ def build_parser() -> argparse.ArgumentParser:
     _models_parser(sub)
     from zeroserve.bench.args import add_bench_parser
 
-    add_bench_parser(sub)
+    add_bench_parser(sub).set_defaults(handler=_bench)
     return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    # Imported here so that building the parser stays cheap.
+    from zeroserve.bench.runner import main
+
+    return main(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

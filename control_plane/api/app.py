@@ -13,10 +13,10 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.admin import AdminService
 from control_plane.api import http_errors, routes
 from control_plane.api.auth import BearerAuth
 from control_plane.api.openapi import openapi_document
+from control_plane.api.service import AdminService
 from control_plane.errors import ConflictError, UnavailableError, ZeroserveError
 from control_plane.store.base import StoreConflictError
 from control_plane.store.errors import StoreUnavailableError

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from control_plane.admin import AdminService
 from control_plane.api import schemas
+from control_plane.api.service import AdminService
 from control_plane.errors import InvalidInputError
 
 __all__ = ["routes"]

@@ -34,9 +34,13 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from runtimes.llm.hf_engine import EngineInfo, EngineLoadError, HFEngine, TokenUpdate
+
+if TYPE_CHECKING:
+    # Types only: the engine process itself runs without the runtime interface.
+    from runtimes.base import SpareEngineProcesses
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +113,7 @@ class EngineProcess:
         on_updates: Callable[[list[TokenUpdate]], None],
         on_exit: Callable[[str], None],
         timeout_s: float,
-        spares: SpareEngines | None = None,
+        spares: SpareEngineProcesses | None = None,
     ) -> tuple[EngineProcess, EngineInfo]:
         """Start a process (or take the spare one) and load ``model_dir`` in it.
 

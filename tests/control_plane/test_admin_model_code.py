@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from control_plane.activation import Orchestrator
-from control_plane.admin import AdminService
 from control_plane.api.app import create_app
+from control_plane.api.service import AdminService
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer

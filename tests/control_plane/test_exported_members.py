@@ -8,7 +8,7 @@ import pytest
 
 EXPORTS = {
     "control_plane.activation": {"Acting", "ActivationObserver", "Orchestrator", "ReplicaPlacer"},
-    "control_plane.admin": {"Acting", "ActivationControl", "AdminService", "ReplicaControl"},
+    "control_plane.api.service": {"Acting", "ActivationControl", "AdminService", "ReplicaControl"},
     "control_plane.api.app": {"OPENAPI_PATH", "Acting", "AdminState", "create_app"},
     "control_plane.api.auth": {"BearerAuth"},
     "control_plane.api.client": {"AdminApiError", "AdminClient", "run"},

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from control_plane.activation import Orchestrator
-from control_plane.admin import AdminService
 from control_plane.api import schemas
+from control_plane.api.service import AdminService
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer

@@ -17,8 +17,8 @@ Modules: ``args`` (command line), ``inputs`` (metadata, random and file data), `
 from __future__ import annotations
 
 from zeroserve.bench.args import BenchConfig, add_bench_parser
-from zeroserve.bench.runner import BenchError, BenchRun, run_bench
-from zeroserve.bench.stats import LatencySummary, LevelResult
+from zeroserve.bench.runner import BenchError, run_bench
+from zeroserve.bench.stats import BenchRun, LatencySummary, LevelResult
 
 __all__ = [
     "BenchConfig",

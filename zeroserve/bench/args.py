@@ -102,8 +102,11 @@ class BenchConfig:
     """The command line, recorded in the JSON output."""
 
 
-def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register ``zeroserve bench`` on the CLI's subcommands."""
+def add_bench_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Register ``zeroserve bench`` on the CLI's subcommands; the caller sets its handler
+    (``zeroserve.bench.runner.main``), so that this module need not import the runner."""
     bench = sub.add_parser(
         "bench",
         help="load-test a V2 (Triton/KServe) or OpenAI endpoint, like perf_analyzer",
@@ -192,7 +195,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="on stderr: a bar on a terminal, a line per level otherwise (auto)",
     )
     bench.add_argument("--log-level", default="warning")
-    bench.set_defaults(handler=_run)
+    return bench
 
 
 def config_from_args(args: argparse.Namespace, argv: tuple[str, ...] = ()) -> BenchConfig:
@@ -239,10 +242,3 @@ def config_from_args(args: argparse.Namespace, argv: tuple[str, ...] = ()) -> Be
         progress=args.progress,
         argv=argv,
     )
-
-
-def _run(args: argparse.Namespace) -> int:
-    # Imported here so that building the CLI's parser stays cheap.
-    from zeroserve.bench.runner import main
-
-    return main(args)

@@ -6,13 +6,10 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zeroserve.bench.plot import PlotPoint, Series, write_plot
-from zeroserve.bench.stats import LevelResult, merge_counts
-
-if TYPE_CHECKING:
-    from zeroserve.bench.runner import BenchRun
+from zeroserve.bench.stats import BenchRun, LevelResult, merge_counts
 
 
 def table(run: BenchRun) -> str:

@@ -22,7 +22,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -44,47 +44,13 @@ from zeroserve.bench.payload import (
 from zeroserve.bench.plot import PlotUnavailableError
 from zeroserve.bench.progress import REDRAW_S, Progress
 from zeroserve.bench.sse import StreamMeter
-from zeroserve.bench.stats import LevelResult
+from zeroserve.bench.stats import BenchRun, LevelResult
 
 logger = logging.getLogger(__name__)
 
 
 class BenchError(Exception):
     """The run cannot start or go on: the message says why, for the user."""
-
-
-@dataclass
-class BenchRun:
-    """A run: what was loaded, how, and each level's result (in the order run)."""
-
-    config: BenchConfig
-    started_utc: str
-    path: str
-    request_bytes: int
-    distinct_requests: int
-    inputs: list[dict[str, Any]]
-    client: dict[str, Any]
-    levels: list[LevelResult] = field(default_factory=list)
-
-    @property
-    def target_description(self) -> str:
-        config = self.config
-        if config.is_openai:
-            kind = "SSE stream" if config.is_stream else "JSON"
-            return f"{config.model} at {config.url}{self.path} (OpenAI, {kind})"
-        encoding = "binary tensors" if config.is_binary else "JSON"
-        shapes = ", ".join(f"{i['name']} {i['datatype']}{i['shape']}" for i in self.inputs)
-        return f"{config.model} at {config.url} (V2, {encoding}; {shapes})"
-
-    @property
-    def load_description(self) -> str:
-        config = self.config
-        kind = "closed loop" if config.mode == "concurrency" else "open loop (Poisson)"
-        return (
-            f"{kind}, {config.duration_s:g} s per level after {config.warmup_s:g} s warm-up, "
-            f"batch {config.batch_size}, input data: {config.input_data}, client: "
-            f"{self.client['event_loop']}"
-        )
 
 
 @dataclass(frozen=True)

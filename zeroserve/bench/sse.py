@@ -18,13 +18,12 @@ else as the number of events carrying text (one token per event, as servers stre
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 import orjson
 
-from zeroserve.bench.stats import LatencySummary
+from zeroserve.bench.stats import LatencySummary, StreamSummary
 
 STREAM_ERROR: Final = "stream"
 """The error kind of a stream that broke off or reported an error."""
@@ -140,24 +139,6 @@ def _has_text(choices: Any) -> bool:
         if isinstance(text, str) and text:
             return True
     return False
-
-
-@dataclass(frozen=True)
-class StreamSummary:
-    """The streams of one level that completed in its timed window."""
-
-    streams: int
-    ttft: LatencySummary
-    """From the send of the request to the first event carrying text."""
-    itl: LatencySummary
-    """Gaps between consecutive text events of a stream, all streams pooled."""
-    tokens: int
-    """Completion tokens of those streams (see ``tokens_from``)."""
-    tokens_per_s: float
-    """``tokens`` over the timed window: the level's output rate."""
-    tokens_from: str
-    """``usage`` (the final usage's ``completion_tokens``), ``chunks`` (events carrying
-    text), or ``mixed``."""
 
 
 class StreamRecorder:

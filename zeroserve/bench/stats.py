@@ -1,4 +1,5 @@
-"""What a level measured: counts, throughput, latency percentiles and errors by kind."""
+"""What a run and each of its levels measured: counts, throughput, latency percentiles and
+errors by kind."""
 
 from __future__ import annotations
 
@@ -6,12 +7,11 @@ import math
 from array import array
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from zeroserve.bench.sse import StreamSummary
+from zeroserve.bench.args import BenchConfig
 
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
@@ -49,6 +49,24 @@ class LatencySummary:
             p99_ms=p99,
             p999_ms=p999,
         )
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """The streams of one level that completed in its timed window."""
+
+    streams: int
+    ttft: LatencySummary
+    """From the send of the request to the first event carrying text."""
+    itl: LatencySummary
+    """Gaps between consecutive text events of a stream, all streams pooled."""
+    tokens: int
+    """Completion tokens of those streams (see ``tokens_from``)."""
+    tokens_per_s: float
+    """``tokens`` over the timed window: the level's output rate."""
+    tokens_from: str
+    """``usage`` (the final usage's ``completion_tokens``), ``chunks`` (events carrying
+    text), or ``mixed``."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +132,40 @@ class LevelResult:
         document["client_cpu_us_per_request"] = self.client_cpu_us_per_request
         finite: dict[str, Any] = _finite(document)
         return finite
+
+
+@dataclass
+class BenchRun:
+    """A run: what was loaded, how, and each level's result (in the order run)."""
+
+    config: BenchConfig
+    started_utc: str
+    path: str
+    request_bytes: int
+    distinct_requests: int
+    inputs: list[dict[str, Any]]
+    client: dict[str, Any]
+    levels: list[LevelResult] = field(default_factory=list)
+
+    @property
+    def target_description(self) -> str:
+        config = self.config
+        if config.is_openai:
+            kind = "SSE stream" if config.is_stream else "JSON"
+            return f"{config.model} at {config.url}{self.path} (OpenAI, {kind})"
+        encoding = "binary tensors" if config.is_binary else "JSON"
+        shapes = ", ".join(f"{i['name']} {i['datatype']}{i['shape']}" for i in self.inputs)
+        return f"{config.model} at {config.url} (V2, {encoding}; {shapes})"
+
+    @property
+    def load_description(self) -> str:
+        config = self.config
+        kind = "closed loop" if config.mode == "concurrency" else "open loop (Poisson)"
+        return (
+            f"{kind}, {config.duration_s:g} s per level after {config.warmup_s:g} s warm-up, "
+            f"batch {config.batch_size}, input data: {config.input_data}, client: "
+            f"{self.client['event_loop']}"
+        )
 
 
 def count_errors(kinds: list[str]) -> dict[str, int]:

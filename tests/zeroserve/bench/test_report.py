@@ -9,8 +9,7 @@ from zeroserve.bench.args import BenchConfig
 from zeroserve.bench.plot import PlotPoint, Series, write_plot
 from zeroserve.bench.progress import Progress
 from zeroserve.bench.report import table, to_json
-from zeroserve.bench.runner import BenchRun
-from zeroserve.bench.stats import LatencySummary, LevelResult
+from zeroserve.bench.stats import BenchRun, LatencySummary, LevelResult
 
 
 def _run(mode: str = "concurrency") -> BenchRun:

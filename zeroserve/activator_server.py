@@ -1,0 +1,46 @@
+"""``zeroserve activator``: a standalone activator (cluster mode), composed here.
+
+A standalone activator reaches the control plane only through the shared state store: it
+follows placements, asks for activations with ``store.request_activation`` (the acting
+control plane consumes them with ``subscribe_activation_requests``) and reports traffic and
+first responses there. The store is the control plane's, so the two are joined here, at
+the top, and the activator package never imports the control plane.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from activator.app import create_app
+from activator.server import create_server, loop_factory
+from activator.settings import ActivatorSettings
+from activator.state import Lifecycle
+
+
+def serve(settings: ActivatorSettings, activator_id: str) -> int:
+    """Serve until SIGINT or SIGTERM (draining first); the exit status."""
+    # One line per proxied request would drown the log (and cost time), as in ``up``.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(_serve(settings, activator_id))
+    return 0
+
+
+async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
+    # Imported here: a cluster store pulls in its client library only when it is used.
+    from control_plane.store.factory import open_state_store
+
+    try:
+        store = open_state_store(settings.state_url)
+    except ValueError as exc:
+        raise SystemExit(f"activator: {exc}") from None
+    try:
+        lifecycle = Lifecycle()
+        app = create_app(
+            settings, store, store.request_activation, activator_id, lifecycle=lifecycle
+        )
+        await create_server(app, settings, lifecycle).serve()
+    finally:
+        await store.close()
