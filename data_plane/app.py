@@ -15,12 +15,14 @@ from starlette.routing import BaseRoute
 
 from data_plane import http_errors
 from data_plane.errors import ZeroserveError
+from data_plane.handlers import Handlers
 from data_plane.metrics import Metrics
 from data_plane.openai import routes as openai_routes
 from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
 from data_plane.routes import generate, infer, metrics, models, repository, server
+from data_plane.routes.state import ServerState
 from data_plane.settings import DataPlaneSettings, ModelControlMode
-from data_plane.state import Lifecycle, ServerState
+from data_plane.state import Lifecycle
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
 from foundation.http import handle_http_exception, handle_unexpected
 from runtimes.base import RuntimeOptions
@@ -151,7 +153,11 @@ def create_app(
         )
         try:
             yield ServerState(
-                settings=settings, repository=repo, metrics=metrics_, lifecycle=lifecycle
+                settings=settings,
+                repository=repo,
+                metrics=metrics_,
+                lifecycle=lifecycle,
+                handlers=Handlers.create(repo, lifecycle, metrics_),
             )
         finally:
             lifecycle.is_stopping = True

@@ -118,8 +118,6 @@ class LoadedVersion:
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
     load_duration_s: float
-    metadata: dict[str, Any] = field(default_factory=dict)
-    config_json: dict[str, Any] = field(default_factory=dict)
 
     @property
     def max_batch_size(self) -> int:
@@ -575,7 +573,7 @@ class ModelRepository:
         except BaseException:
             await runtime.unload()
             raise
-        loaded = LoadedVersion(
+        return LoadedVersion(
             name=name,
             version=version,
             config=version_config,
@@ -599,9 +597,6 @@ class ModelRepository:
             },
             load_duration_s=time.monotonic() - started,
         )
-        loaded.metadata = _metadata(loaded)
-        loaded.config_json = model_config.to_json(version_config)
-        return loaded
 
     async def _sleep(self, entry: _Entry) -> None:
         serving = entry.serving
@@ -679,21 +674,3 @@ def _read_labels(model_dir: Path, label_filename: str) -> tuple[str, ...]:
             f"label file '{label_filename}' not found in the folder of model '{model_dir.name}'"
         )
     return tuple(path.read_text(encoding="utf-8").splitlines())
-
-
-def _metadata(loaded: LoadedVersion) -> dict[str, Any]:
-    """Triton's model metadata for one version (the versions list is filled per request)."""
-    batch = [-1] if loaded.max_batch_size > 0 else []
-    return {
-        "name": loaded.name,
-        "versions": [str(loaded.version)],
-        "platform": loaded.config.platform or loaded.config.backend,
-        "inputs": [
-            {"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)}
-            for t in loaded.inputs.values()
-        ],
-        "outputs": [
-            {"name": t.name, "datatype": t.datatype, "shape": batch + list(t.dims)}
-            for t in loaded.outputs.values()
-        ],
-    }

@@ -1,12 +1,9 @@
-"""What request handlers share: built in the app's lifespan, reached through ``request.state``."""
+"""The server's lifecycle and model control mode, shared by the handlers and the app."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
 
-from data_plane.metrics import Metrics
-from data_plane.repository import ModelRepository
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 
 
@@ -17,14 +14,6 @@ class Lifecycle:
     is_stopping: bool = False
 
 
-class ServerState(TypedDict):
-    """The lifespan state every handler sees."""
-
-    settings: DataPlaneSettings
-    repository: ModelRepository
-    metrics: Metrics
-    lifecycle: Lifecycle
-
-
 def is_explicit(settings: DataPlaneSettings) -> bool:
+    """Whether ``settings`` allow model control (load, unload, sleep, wake)."""
     return settings.model_control_mode is ModelControlMode.EXPLICIT

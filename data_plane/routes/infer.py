@@ -23,7 +23,7 @@ from data_plane.errors import ServerStoppingError, ZeroserveError
 from data_plane.http_errors import from_error
 from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
 from data_plane.routes.body import ClientDisconnectedError, read_asgi_body
-from data_plane.state import ServerState
+from data_plane.routes.state import ServerState
 from foundation.http import error_response
 from foundation.model_config import is_version
 

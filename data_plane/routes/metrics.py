@@ -6,10 +6,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from data_plane.handlers import ServerHandlers
+
 
 async def metrics(request: Request) -> Response:
-    body = request.state.metrics.render(request.state.repository.all_serving())
-    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+    handler: ServerHandlers = request.state.handlers.server
+    return Response(handler.metrics_text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 routes = [Route("/metrics", metrics, methods=["GET"])]

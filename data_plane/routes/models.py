@@ -10,14 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from data_plane.errors import (
-    InvalidArgumentError,
-    ModelNotReadyError,
-    NotFoundError,
-    UnknownModelError,
-)
-from data_plane.repository import LoadedVersion, ModelRepository
-from foundation.model_config import is_version
+from data_plane.handlers import ModelHandlers
+from data_plane.handlers.models import TensorMetadata
+from foundation import model_config
 
 
 def path_version(request: Request) -> int | None:
@@ -25,7 +20,7 @@ def path_version(request: Request) -> int | None:
     raw = request.path_params.get("version")
     if raw is None:
         return None
-    if not is_version(raw):
+    if not model_config.is_version(raw):
         raise HTTPException(404)
     return int(raw)
 
@@ -34,22 +29,30 @@ def _json(body: Any) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
+def _handler(request: Request) -> ModelHandlers:
+    handler: ModelHandlers = request.state.handlers.models
+    return handler
+
+
+def _tensors(tensors: tuple[TensorMetadata, ...]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in tensors]
+
+
 async def metadata(request: Request) -> Response:
-    repository: ModelRepository = request.state.repository
-    name = request.path_params["name"]
-    version = path_version(request)
-    model = repository.get(name, version)
-    body = dict(model.metadata)
-    if version is None:
-        body["versions"] = [str(m.version) for m in repository.serving_versions(name)]
-    return _json(body)
+    meta = _handler(request).metadata(request.path_params["name"], path_version(request))
+    return _json(
+        {
+            "name": meta.name,
+            "versions": list(meta.versions),
+            "platform": meta.platform,
+            "inputs": _tensors(meta.inputs),
+            "outputs": _tensors(meta.outputs),
+        }
+    )
 
 
 async def ready(request: Request) -> Response:
-    repository: ModelRepository = request.state.repository
-    try:
-        repository.get(request.path_params["name"], path_version(request))
-    except ModelNotReadyError:
+    if not _handler(request).ready(request.path_params["name"], path_version(request)):
         return Response(
             orjson.dumps({"error": "Model version not ready"}),
             status_code=400,
@@ -59,34 +62,15 @@ async def ready(request: Request) -> Response:
 
 
 async def config(request: Request) -> Response:
-    repository: ModelRepository = request.state.repository
-    model = repository.get(request.path_params["name"], path_version(request))
-    return _json(model.config_json)
+    config = _handler(request).config(request.path_params["name"], path_version(request))
+    return _json(model_config.to_json(config))
 
 
 async def stats(request: Request) -> Response:
-    repository: ModelRepository = request.state.repository
-    name = request.path_params.get("name")
-    version = path_version(request)
-    models: list[LoadedVersion]
-    if name is None:
-        models = list(repository.all_serving())
-    else:
-        try:
-            models = (
-                [repository.get(name, version)]
-                if version is not None
-                else repository.serving_versions(name)
-            )
-        except UnknownModelError:
-            raise InvalidArgumentError(f"requested model '{name}' is not available") from None
-        except NotFoundError:
-            raise InvalidArgumentError(
-                f"requested model version is not available for model '{name}'"
-            ) from None
-        if not models:
-            raise InvalidArgumentError(f"requested model '{name}' is not available")
-    return _json({"model_stats": [m.stats.to_json(name=m.name, version=m.version) for m in models]})
+    records = _handler(request).stats(request.path_params.get("name"), path_version(request))
+    return _json(
+        {"model_stats": [r.stats.to_json(name=r.name, version=r.version) for r in records]}
+    )
 
 
 routes = [

@@ -1,0 +1,48 @@
+"""The data plane's operations, free of any transport: used by the HTTP routes (and by
+every other transport the server gets), which only decode requests and encode answers.
+
+Each handler takes and returns plain objects (the protocol's dataclasses, the ModelConfig
+proto, the repository's records) and raises the data plane's errors; mapping those to a
+transport's statuses is the transport's job.
+
+Modules: `server` (health, metadata, metrics), `models` (per-model metadata, readiness,
+config, statistics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from data_plane.handlers.models import ModelHandlers
+from data_plane.handlers.server import ServerHandlers
+from data_plane.metrics import Metrics
+from data_plane.repository import ModelRepository
+from data_plane.state import Lifecycle
+
+
+@dataclass(frozen=True, slots=True)
+class Handlers:
+    """Every handler of one server, over the same repository and lifecycle."""
+
+    server: ServerHandlers
+    models: ModelHandlers
+
+    @classmethod
+    def create(
+        cls,
+        repository: ModelRepository,
+        lifecycle: Lifecycle,
+        metrics: Metrics,
+    ) -> Handlers:
+        """The handlers of a server serving ``repository``."""
+        return cls(
+            server=ServerHandlers(repository, lifecycle, metrics),
+            models=ModelHandlers(repository),
+        )
+
+
+__all__ = [
+    "Handlers",
+    "ModelHandlers",
+    "ServerHandlers",
+]
