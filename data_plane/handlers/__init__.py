@@ -6,13 +6,14 @@ proto, the repository's records) and raises the data plane's errors; mapping tho
 transport's statuses is the transport's job.
 
 Modules: `server` (health, metadata, metrics), `models` (per-model metadata, readiness,
-config, statistics).
+config, statistics), `infer`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from data_plane.handlers.infer import InferHandler
 from data_plane.handlers.models import ModelHandlers
 from data_plane.handlers.server import ServerHandlers
 from data_plane.metrics import Metrics
@@ -26,6 +27,7 @@ class Handlers:
 
     server: ServerHandlers
     models: ModelHandlers
+    infer: InferHandler
 
     @classmethod
     def create(
@@ -38,11 +40,13 @@ class Handlers:
         return cls(
             server=ServerHandlers(repository, lifecycle, metrics),
             models=ModelHandlers(repository),
+            infer=InferHandler(repository, lifecycle),
         )
 
 
 __all__ = [
     "Handlers",
+    "InferHandler",
     "ModelHandlers",
     "ServerHandlers",
 ]

@@ -2,9 +2,10 @@
 
 Profiling showed Starlette's routing (a dozen regex matches), its middleware and exception
 wrappers and two Request objects costing more per request than decoding and batching
-together, so infer requests are recognised by string operations and answered here; every
-other request falls through to the Starlette app. Errors map through the same table
-(`data_plane.http_errors`) as everywhere else.
+together, so infer requests are recognised by string operations and answered here: this
+module decodes and encodes, the infer handler does the work. Every other request falls
+through to the Starlette app. Errors map through the same table (`data_plane.http_errors`)
+as everywhere else.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from data_plane import inference
 from data_plane.compression import choose_response_encoding, decode_body_off_loop, encode_body
-from data_plane.errors import ServerStoppingError, ZeroserveError
+from data_plane.errors import ZeroserveError
 from data_plane.http_errors import from_error
 from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
 from data_plane.routes.body import ClientDisconnectedError, read_asgi_body
@@ -89,10 +89,9 @@ async def _handle(
     name: str,
     version: int | None,
 ) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    if state["lifecycle"].is_stopping:
-        raise ServerStoppingError()
+    handler = state["handlers"].infer
+    model = handler.model(name, version)
     max_bytes = state["settings"].max_input_bytes
-    model = state["repository"].get(name, version)
     body = await read_asgi_body(receive, headers.get(b"content-length"), max_bytes)
     encoding = headers.get(b"content-encoding")
     if encoding is not None:
@@ -107,12 +106,12 @@ async def _handle(
         model=model.name,
         max_input_bytes=max_bytes,
     )
-    outputs = await inference.infer(model, request)
+    response = await handler.infer(model, request)
     payload, json_length = encode_infer_response(
-        model_name=model.name,
-        model_version=str(model.version),
-        request_id=request.id,
-        outputs=outputs,
+        model_name=response.model_name,
+        model_version=response.model_version,
+        request_id=response.id,
+        outputs=response.outputs,
     )
     response_headers: list[tuple[bytes, bytes]]
     if json_length is None:

@@ -1,0 +1,56 @@
+"""Inference: find the model version a request names, then run a decoded request on it.
+
+Two steps because transports must resolve the model before they decode the request: the
+decoder's error texts name the model, and a request for an unknown model or a draining
+server is refused before its body is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from data_plane import inference
+from data_plane.errors import ServerStoppingError
+from data_plane.protocol import InferRequest, OutputTensor
+from data_plane.repository import LoadedVersion, ModelRepository
+from data_plane.state import Lifecycle
+
+
+@dataclass(frozen=True, slots=True)
+class InferResponse:
+    """The answer to one infer request: the outputs it asked for, in its order."""
+
+    model_name: str
+    model_version: str
+    id: str | None
+    outputs: list[OutputTensor]
+
+
+class InferHandler:
+    """Runs infer requests, whatever the transport."""
+
+    def __init__(self, repository: ModelRepository, lifecycle: Lifecycle) -> None:
+        self._repository = repository
+        self._lifecycle = lifecycle
+
+    def model(self, name: str, version: int | None = None) -> LoadedVersion:
+        """The serving version a request for ``name`` (and ``version``) goes to.
+
+        Raises ServerStoppingError while the server drains, then what
+        :meth:`ModelRepository.get` raises.
+        """
+        if self._lifecycle.is_stopping:
+            raise ServerStoppingError()
+        return self._repository.get(name, version)
+
+    async def infer(self, model: LoadedVersion, request: InferRequest) -> InferResponse:
+        """Validate ``request`` against ``model``'s config, batch it, run it and pick its
+        outputs; raises the data plane's errors (InvalidArgumentError for a request that
+        does not fit the model, UnavailableError when it cannot be queued or timed out)."""
+        outputs = await inference.infer(model, request)
+        return InferResponse(
+            model_name=model.name,
+            model_version=str(model.version),
+            id=request.id,
+            outputs=outputs,
+        )
