@@ -22,7 +22,7 @@ from data_plane.repository import LoadedVersion, ModelRepository, RepositorySett
 from data_plane.routes import generate, infer, metrics, models, repository, server
 from data_plane.routes.state import ServerState
 from data_plane.settings import DataPlaneSettings, ModelControlMode
-from data_plane.state import Lifecycle
+from data_plane.state import Lifecycle, is_explicit
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
 from foundation.http import handle_http_exception, handle_unexpected
 from runtimes.base import RuntimeOptions
@@ -157,7 +157,9 @@ def create_app(
                 repository=repo,
                 metrics=metrics_,
                 lifecycle=lifecycle,
-                handlers=Handlers.create(repo, lifecycle, metrics_),
+                handlers=Handlers.create(
+                    repo, lifecycle, metrics_, is_explicit=is_explicit(settings)
+                ),
             )
         finally:
             lifecycle.is_stopping = True

@@ -76,6 +76,18 @@ class TensorSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One row of the repository index: a model version the server knows, or (``version``
+    None) a model it has only seen in the repository."""
+
+    name: str
+    version: int | None = None
+    state: VersionState | None = None
+    reason: str = ""
+    """Why the version is in its state (a failed load's error, ``unloaded``), or empty."""
+
+
+@dataclass(frozen=True, slots=True)
 class FetchReport:
     """Where a load found the model's files: the node cache's answer for this load alone."""
 
@@ -240,24 +252,21 @@ class ModelRepository:
                 return False
         return True
 
-    async def index(self, *, ready_only: bool) -> list[dict[str, Any]]:
+    async def index(self, *, ready_only: bool) -> list[IndexEntry]:
         """Triton's repository index: one row per known version, a name-only row otherwise."""
         on_disk = await self.model_names_on_disk()
-        rows: list[dict[str, Any]] = []
+        rows: list[IndexEntry] = []
         for name in sorted(set(on_disk) | set(self._entries)):
             entry = self._entries.get(name)
             if entry is None or not entry.states:
                 if not ready_only:
-                    rows.append({"name": name})
+                    rows.append(IndexEntry(name))
                 continue
             for version in sorted(entry.states):
                 state, reason = entry.states[version]
                 if ready_only and state is not VersionState.READY:
                     continue
-                row: dict[str, Any] = {"name": name, "version": str(version), "state": state}
-                if reason:
-                    row["reason"] = reason
-                rows.append(row)
+                rows.append(IndexEntry(name, version, state, reason))
         return rows
 
     async def model_names_on_disk(self) -> list[str]:

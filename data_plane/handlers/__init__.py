@@ -6,7 +6,7 @@ proto, the repository's records) and raises the data plane's errors; mapping tho
 transport's statuses is the transport's job.
 
 Modules: `server` (health, metadata, metrics), `models` (per-model metadata, readiness,
-config, statistics), `infer`.
+config, statistics), `infer`, `repository` (index, load, unload, sleep, wake).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from data_plane.handlers.infer import InferHandler
 from data_plane.handlers.models import ModelHandlers
+from data_plane.handlers.repository import RepositoryHandlers
 from data_plane.handlers.server import ServerHandlers
 from data_plane.metrics import Metrics
 from data_plane.repository import ModelRepository
@@ -28,6 +29,7 @@ class Handlers:
     server: ServerHandlers
     models: ModelHandlers
     infer: InferHandler
+    repository: RepositoryHandlers
 
     @classmethod
     def create(
@@ -35,12 +37,16 @@ class Handlers:
         repository: ModelRepository,
         lifecycle: Lifecycle,
         metrics: Metrics,
+        *,
+        is_explicit: bool,
     ) -> Handlers:
-        """The handlers of a server serving ``repository``."""
+        """The handlers of a server serving ``repository``; ``is_explicit``: model control
+        (load, unload, sleep, wake) is allowed."""
         return cls(
             server=ServerHandlers(repository, lifecycle, metrics),
             models=ModelHandlers(repository),
             infer=InferHandler(repository, lifecycle),
+            repository=RepositoryHandlers(repository, is_explicit=is_explicit),
         )
 
 
@@ -48,5 +54,6 @@ __all__ = [
     "Handlers",
     "InferHandler",
     "ModelHandlers",
+    "RepositoryHandlers",
     "ServerHandlers",
 ]

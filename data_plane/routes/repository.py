@@ -26,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from data_plane.errors import InvalidArgumentError, UnavailableError, UnsupportedError
-from data_plane.repository import ModelRepository
+from data_plane.errors import InvalidArgumentError
+from data_plane.handlers import RepositoryHandlers
+from data_plane.repository import IndexEntry
 from data_plane.routes.body import json_object, read_body
-from data_plane.state import is_explicit
 
 _MAX_CONTROL_BODY = 16 * 2**20
 
@@ -48,12 +48,26 @@ def _parameters(doc: dict[str, Any]) -> dict[str, Any]:
     return parameters
 
 
-def _require_explicit(request: Request) -> None:
-    if not is_explicit(request.state.settings):
-        # Triton gives this text in every non-explicit mode, 'none' included.
-        raise UnavailableError("explicit model load / unload is not allowed if polling is enabled")
-    if request.path_params.get("repository") is not None:
-        raise UnsupportedError("'repository_name' specification is not supported")
+def _handler(request: Request) -> RepositoryHandlers:
+    handler: RepositoryHandlers = request.state.handlers.repository
+    return handler
+
+
+def _controlled(request: Request) -> tuple[RepositoryHandlers, str | None]:
+    """The handler, once model control is allowed here: refused before the body is read."""
+    handler = _handler(request)
+    repository_name: str | None = request.path_params.get("repository")
+    handler.check_control(repository_name)
+    return handler, repository_name
+
+
+def _row(entry: IndexEntry) -> dict[str, Any]:
+    if entry.version is None:
+        return {"name": entry.name}
+    row: dict[str, Any] = {"name": entry.name, "version": str(entry.version), "state": entry.state}
+    if entry.reason:
+        row["reason"] = entry.reason
+    return row
 
 
 async def index(request: Request) -> Response:
@@ -61,40 +75,15 @@ async def index(request: Request) -> Response:
     ready_only = doc.get("ready", False)
     if not isinstance(ready_only, bool):
         raise InvalidArgumentError("Invalid value for 'ready': expected a boolean")
-    repository: ModelRepository = request.state.repository
-    rows = await repository.index(ready_only=ready_only)
-    return Response(orjson.dumps(rows), media_type="application/json")
+    entries = await _handler(request).index(ready_only=ready_only)
+    return Response(orjson.dumps([_row(e) for e in entries]), media_type="application/json")
 
 
 async def load(request: Request) -> Response:
-    _require_explicit(request)
+    handler, repository_name = _controlled(request)
     parameters = _parameters(await _json_body(request))
-    config: str | None = None
-    storage_uri: str | None = None
-    allow_model_code = True
-    for key, value in parameters.items():
-        if key == "config":
-            if not isinstance(value, str):
-                raise InvalidArgumentError("Invalid config override: expected a JSON string")
-            config = value
-        elif key == "storage_uri":
-            if not isinstance(value, str) or not value:
-                raise InvalidArgumentError("Invalid storage_uri: expected a non-empty string")
-            storage_uri = value
-        elif key == "allow_model_code":
-            if not isinstance(value, bool):
-                raise InvalidArgumentError("Invalid allow_model_code: expected a boolean")
-            allow_model_code = value
-        else:
-            raise InvalidArgumentError(
-                f"Unrecognized load parameter '{key}' with type '{type(value).__name__}'"
-            )
-    repository: ModelRepository = request.state.repository
-    fetched = await repository.load(
-        request.path_params["name"],
-        config_override=config,
-        storage_uri=storage_uri,
-        allow_model_code=allow_model_code,
+    fetched = await handler.load(
+        request.path_params["name"], parameters, repository_name=repository_name
     )
     # Triton answers an empty body; Triton's clients read only the status, so the body can
     # say where the files came from (the control plane's cold-start timeline uses it).
@@ -102,29 +91,23 @@ async def load(request: Request) -> Response:
 
 
 async def unload(request: Request) -> Response:
-    _require_explicit(request)
+    handler, repository_name = _controlled(request)
     parameters = _parameters(await _json_body(request))
-    dependents = parameters.get("unload_dependents", False)
-    if not isinstance(dependents, bool):
-        raise InvalidArgumentError("Unable to parse 'unload_dependents': expected a boolean")
-    repository: ModelRepository = request.state.repository
-    await repository.unload(request.path_params["name"])
+    await handler.unload(request.path_params["name"], parameters, repository_name=repository_name)
     return Response(status_code=200)
 
 
 async def sleep(request: Request) -> Response:
-    _require_explicit(request)
+    handler, repository_name = _controlled(request)
     await _json_body(request)
-    repository: ModelRepository = request.state.repository
-    await repository.sleep(request.path_params["name"])
+    await handler.sleep(request.path_params["name"], repository_name=repository_name)
     return Response(status_code=200)
 
 
 async def wake(request: Request) -> Response:
-    _require_explicit(request)
+    handler, repository_name = _controlled(request)
     await _json_body(request)
-    repository: ModelRepository = request.state.repository
-    await repository.wake(request.path_params["name"])
+    await handler.wake(request.path_params["name"], repository_name=repository_name)
     return Response(status_code=200)
 
 
