@@ -1,21 +1,15 @@
-"""What the LLM surfaces (OpenAI, Triton generate) share: finding the engine, SSE framing,
-and cancelling work whose client left."""
+"""What the LLM surfaces (OpenAI, Triton generate) share: finding the engine and SSE
+framing."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from starlette.types import Receive
 
 from data_plane.errors import InvalidArgumentError
 from data_plane.repository import LoadedVersion, ModelRepository
-from data_plane.routes.body import ClientDisconnectedError
 from runtimes.llm.base import LLMRuntime
-
-_T = TypeVar("_T")
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 """Event streams must reach the client as they are written, not when a proxy's buffer fills."""
@@ -46,29 +40,3 @@ def language_model(
 def sse_event(doc: Any) -> bytes:
     """One server-sent event carrying ``doc`` as JSON."""
     return b"data: " + orjson.dumps(doc) + b"\n\n"
-
-
-async def until_disconnected(receive: Receive, work: Awaitable[_T]) -> _T:
-    """``work``'s result, or ClientDisconnectedError once the client leaves first (``work``
-    is then cancelled, which aborts a generation in its engine).
-
-    Call only after the request body was read: the next ASGI message is then the
-    disconnect.
-    """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnected(receive))
-    try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-        await asyncio.gather(task, watcher, return_exceptions=True)
-    if task.cancelled():
-        raise ClientDisconnectedError()
-    return task.result()
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass

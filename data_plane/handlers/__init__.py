@@ -6,13 +6,15 @@ proto, the repository's records) and raises the data plane's errors; mapping tho
 transport's statuses is the transport's job.
 
 Modules: `server` (health, metadata, metrics), `models` (per-model metadata, readiness,
-config, statistics), `infer`, `repository` (index, load, unload, sleep, wake).
+config, statistics), `infer`, `repository` (index, load, unload, sleep, wake), `generate`
+(Triton's generate extension on LLMs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from data_plane.handlers.generate import GenerateHandler
 from data_plane.handlers.infer import InferHandler
 from data_plane.handlers.models import ModelHandlers
 from data_plane.handlers.repository import RepositoryHandlers
@@ -30,6 +32,7 @@ class Handlers:
     models: ModelHandlers
     infer: InferHandler
     repository: RepositoryHandlers
+    generate: GenerateHandler
 
     @classmethod
     def create(
@@ -47,10 +50,12 @@ class Handlers:
             models=ModelHandlers(repository),
             infer=InferHandler(repository, lifecycle),
             repository=RepositoryHandlers(repository, is_explicit=is_explicit),
+            generate=GenerateHandler(repository, lifecycle),
         )
 
 
 __all__ = [
+    "GenerateHandler",
     "Handlers",
     "InferHandler",
     "ModelHandlers",

@@ -27,11 +27,11 @@ from data_plane.errors import (
     ZeroserveError,
 )
 from data_plane.http_errors import status_for
-from data_plane.llm import SSE_HEADERS, NotALanguageModelError, until_disconnected
+from data_plane.llm import SSE_HEADERS, NotALanguageModelError
 from data_plane.openai import serving
 from data_plane.openai.protocol import error_body, parse_chat, parse_completion
 from data_plane.repository import ModelRepository
-from data_plane.routes.body import ClientDisconnectedError, read_body
+from data_plane.routes.body import ClientDisconnectedError, read_body, until_disconnected
 
 logger = logging.getLogger(__name__)
 

@@ -1,14 +1,19 @@
-"""Reading request bodies with a size limit."""
+"""The receiving side of an ASGI request: its body, read with a size limit, and the client
+going away."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
 from starlette.types import Message, Receive
 
 from data_plane.errors import InvalidArgumentError
+
+_T = TypeVar("_T")
 
 
 class ClientDisconnectedError(Exception):
@@ -68,3 +73,29 @@ def json_object(body: bytes) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise InvalidArgumentError("the request body must be a JSON object")
     return doc
+
+
+async def until_disconnected(receive: Receive, work: Awaitable[_T]) -> _T:
+    """``work``'s result, or ClientDisconnectedError once the client leaves first (``work``
+    is then cancelled, which aborts a generation in its engine).
+
+    Call only after the request body was read: the next ASGI message is then the
+    disconnect.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, watcher, return_exceptions=True)
+    if task.cancelled():
+        raise ClientDisconnectedError()
+    return task.result()
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass

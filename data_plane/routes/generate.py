@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
@@ -24,18 +24,20 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from data_plane.errors import (
-    InvalidArgumentError,
-    ModelNotReadyError,
-    ServerStoppingError,
-    ZeroserveError,
-)
+from data_plane.errors import InvalidArgumentError, ZeroserveError
+from data_plane.handlers import GenerateHandler
+from data_plane.handlers.generate import GenerateRequest, GenerateResponse
 from data_plane.http_errors import from_error
-from data_plane.llm import SSE_HEADERS, language_model, sse_event, until_disconnected
-from data_plane.routes.body import ClientDisconnectedError, json_object, read_body
+from data_plane.llm import SSE_HEADERS, sse_event
+from data_plane.routes.body import (
+    ClientDisconnectedError,
+    json_object,
+    read_body,
+    until_disconnected,
+)
 from data_plane.routes.models import path_version
 from runtimes.llm.base import DEFAULT_MAX_TOKENS, EXCLUDE_INPUT, SAMPLING_INPUT, TEXT_INPUT
-from runtimes.llm.sampling import Delta, sampling_from_mapping
+from runtimes.llm.sampling import sampling_from_mapping
 
 logger = logging.getLogger(__name__)
 
@@ -52,42 +54,35 @@ async def generate_stream(request: Request) -> Response:
 
 
 async def _generate(request: Request, *, is_stream: bool) -> Response:
+    handler: GenerateHandler = request.state.handlers.generate
     try:
-        if request.state.lifecycle.is_stopping:
-            raise ServerStoppingError()
-        name = request.path_params["name"]
-        model, runtime = language_model(request.state.repository, name, path_version(request))
+        handler.check_accepting()  # before the version in the path is checked
+        model = handler.model(request.path_params["name"], path_version(request))
         body = await read_body(request, request.state.settings.max_input_bytes)
-        doc = json_object(body)
-        request_id = doc.get("id")
-        if request_id is not None and not isinstance(request_id, str):
-            raise InvalidArgumentError("'id' must be a string")
-        prompt, params, is_excluded = _inputs(doc)
-        prompt_ids = await until_disconnected(request.receive, runtime.encode(prompt))
-        deltas = runtime.generate(prompt_ids, params)
-    except ClientDisconnectedError:
-        return Response(status_code=499)
-    except ZeroserveError as exc:
-        return from_error(exc)
-    head: dict[str, Any] = {"model_name": model.name, "model_version": str(model.version)}
-    if request_id is not None:
-        head["id"] = request_id
-    if is_stream:
-        return StreamingResponse(
-            _events(head, deltas), media_type="text/event-stream", headers=SSE_HEADERS
+        generate_request = _decode(json_object(body))
+        if is_stream:
+            events = await until_disconnected(
+                request.receive, handler.generate_stream(model, generate_request)
+            )
+            return StreamingResponse(
+                _sse(events, model.version.name),
+                media_type="text/event-stream",
+                headers=SSE_HEADERS,
+            )
+        answer = await until_disconnected(
+            request.receive, handler.generate(model, generate_request)
         )
-    try:
-        text = await until_disconnected(request.receive, _collect(deltas))
     except ClientDisconnectedError:
         return Response(status_code=499)
     except ZeroserveError as exc:
         return from_error(exc)
-    output = text if is_excluded else prompt + text
-    return Response(orjson.dumps({**head, "text_output": output}), media_type="application/json")
+    return Response(orjson.dumps(_json(answer)), media_type="application/json")
 
 
-def _inputs(doc: dict[str, Any]) -> tuple[str, Any, bool]:
-    """(prompt, sampling parameters, exclude the prompt from the output)."""
+def _decode(doc: dict[str, Any]) -> GenerateRequest:
+    request_id = doc.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise InvalidArgumentError("'id' must be a string")
     unknown = set(doc) - {TEXT_INPUT, SAMPLING_INPUT, EXCLUDE_INPUT, "id", "parameters"}
     if unknown:
         raise InvalidArgumentError(f"unexpected inference input '{sorted(unknown)[0]}'")
@@ -116,33 +111,28 @@ def _inputs(doc: dict[str, Any]) -> tuple[str, Any, bool]:
     if not isinstance(exclude, bool):
         raise InvalidArgumentError(f"'{EXCLUDE_INPUT}' must be a boolean")
     params = sampling_from_mapping(sampling, default_max_tokens=DEFAULT_MAX_TOKENS)
-    return prompt, params, exclude
+    return GenerateRequest(prompt=prompt, sampling=params, exclude_input=exclude, id=request_id)
 
 
-async def _collect(deltas: Any) -> str:
-    parts: list[str] = []
-    async with contextlib.aclosing(deltas) as stream:
-        async for delta in stream:
-            parts.append(delta.text)
-            if delta.finish_reason == "abort":
-                raise ModelNotReadyError("the generation was aborted (the model is going away)")
-    return "".join(parts)
+def _json(answer: GenerateResponse) -> dict[str, Any]:
+    doc: dict[str, Any] = {"model_name": answer.model_name, "model_version": answer.model_version}
+    if answer.id is not None:
+        doc["id"] = answer.id
+    doc["text_output"] = answer.text_output
+    return doc
 
 
-async def _events(head: dict[str, Any], deltas: Any) -> AsyncIterator[bytes]:
+async def _sse(events: AsyncGenerator[GenerateResponse, None], name: str) -> AsyncIterator[bytes]:
+    # The status line has gone: an error becomes the stream's last event.
     try:
-        async with contextlib.aclosing(deltas) as stream:
-            async for delta in stream:
-                assert isinstance(delta, Delta)
-                if delta.finish_reason == "abort":
-                    raise ModelNotReadyError("the generation was aborted (the model is going away)")
-                if delta.text or delta.finish_reason is not None:
-                    yield sse_event({**head, "text_output": delta.text})
+        async with contextlib.aclosing(events) as stream:
+            async for event in stream:
+                yield sse_event(_json(event))
     except ZeroserveError as exc:
-        logger.warning("generate_stream of %s failed: %s", head["model_name"], exc.message)
+        logger.warning("generate_stream of %s failed: %s", name, exc.message)
         yield sse_event({"error": exc.message})
     except Exception:
-        logger.exception("generate_stream of %s failed", head["model_name"])
+        logger.exception("generate_stream of %s failed", name)
         yield sse_event({"error": "internal server error"})
 
 

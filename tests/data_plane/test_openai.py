@@ -359,6 +359,27 @@ async def test_an_abort_mid_stream_ends_it_with_an_error_event(repo: Path, tmp_p
     assert "aborted" in found[-2]["error"]["message"]
 
 
+async def test_an_abort_mid_generate_stream_ends_it_with_an_error_event(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Triton's generate_stream the same way: its last event is ``{"error"}``."""
+    async with llm_app(repo, tmp_path, exit_timeout_s=0.0) as server:
+        [tiny] = list(server.repository.all_serving())
+        runtime = tiny.runtime
+        assert isinstance(runtime, LLMRuntime)
+        body = {"text_input": prompt("the"), "parameters": {"max_tokens": 200}}
+        request = asyncio.create_task(
+            server.client.post("/v2/models/tiny/generate_stream", json=body)
+        )
+        await _until(lambda: runtime.in_flight == 1)
+        assert (await server.client.post("/v2/repository/models/tiny/sleep")).status_code == 200
+        response = await request
+    assert response.status_code == 200
+    found = events(response.content)
+    assert all(e["model_name"] == "tiny" for e in found[:-1])
+    assert "aborted" in found[-1]["error"]
+
+
 async def _until(check: Callable[[], bool]) -> None:
     deadline = time.monotonic() + WAIT_S
     while not check():
