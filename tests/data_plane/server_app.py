@@ -1,18 +1,42 @@
-"""A data plane over a model repository, in process: its lifespan run explicitly, requests
-through httpx's ASGI transport."""
+"""A data plane over a model repository, in process: through its HTTP app (its lifespan
+run explicitly, requests through httpx's ASGI transport), or as its handlers alone."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from starlette.types import Receive, Scope, Send
 
-from data_plane.app import build_node_cache, build_repository, create_app
+from data_plane.app import build_node_cache, build_repository, create_app, load_startup_models
+from data_plane.handlers import Handlers
 from data_plane.metrics import Metrics
+from data_plane.repository import ModelRepository
 from data_plane.settings import DataPlaneSettings, ModelControlMode
+from data_plane.state import Lifecycle, is_explicit
+
+
+def _settings(
+    repo: Path,
+    cache_dir: Path,
+    *,
+    mode: ModelControlMode,
+    load_models: tuple[str, ...],
+    allowed_storage: tuple[str, ...],
+    exit_timeout_s: float = 5.0,
+) -> DataPlaneSettings:
+    return DataPlaneSettings(
+        model_repository=str(repo),
+        model_control_mode=mode,
+        load_models=load_models,
+        cache_dir=cache_dir,
+        allowed_storage=allowed_storage,
+        gpu_count=0,
+        exit_timeout_s=exit_timeout_s,
+    )
 
 
 @contextlib.asynccontextmanager
@@ -26,14 +50,8 @@ async def data_plane(
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the data plane serving ``repo`` (start-up loads done, as a server would
     have them before it answers); everything is shut down on exit."""
-    settings = DataPlaneSettings(
-        model_repository=str(repo),
-        model_control_mode=mode,
-        load_models=load_models,
-        cache_dir=cache_dir,
-        allowed_storage=allowed_storage,
-        gpu_count=0,
-        exit_timeout_s=5.0,
+    settings = _settings(
+        repo, cache_dir, mode=mode, load_models=load_models, allowed_storage=allowed_storage
     )
     metrics = Metrics()
     cache = build_node_cache(settings, metrics)
@@ -50,3 +68,50 @@ async def data_plane(
             transport=transport, base_url="http://data-plane", timeout=60.0
         ) as client:
             yield client
+
+
+@dataclass
+class Core:
+    """A data plane without a transport: its handlers and what they work on."""
+
+    handlers: Handlers
+    repository: ModelRepository
+    lifecycle: Lifecycle
+    metrics: Metrics
+
+
+@contextlib.asynccontextmanager
+async def data_plane_core(
+    repo: Path,
+    cache_dir: Path,
+    *,
+    mode: ModelControlMode = ModelControlMode.EXPLICIT,
+    load_models: tuple[str, ...] = (),
+    allowed_storage: tuple[str, ...] = (),
+    exit_timeout_s: float = 5.0,
+) -> AsyncIterator[Core]:
+    """The handlers of a data plane serving ``repo``, start-up loads done; every model is
+    unloaded and the node cache closed on exit. ``exit_timeout_s`` bounds each drain."""
+    settings = _settings(
+        repo,
+        cache_dir,
+        mode=mode,
+        load_models=load_models,
+        allowed_storage=allowed_storage,
+        exit_timeout_s=exit_timeout_s,
+    )
+    metrics = Metrics()
+    cache = build_node_cache(settings, metrics)
+    repository = build_repository(settings, metrics, cache, gpu_count=0)
+    lifecycle = Lifecycle()
+    try:
+        await load_startup_models(settings, repository)
+        handlers = Handlers.create(
+            repository, lifecycle, metrics, is_explicit=is_explicit(settings)
+        )
+        yield Core(handlers, repository, lifecycle, metrics)
+    finally:
+        try:
+            await repository.close()
+        finally:
+            await cache.close()
