@@ -15,7 +15,6 @@ from starlette.middleware import Middleware
 
 from activator import http_errors
 from activator.buffer import Activate, Buffer
-from activator.errors import ZeroserveError
 from activator.health import StallPolicy
 from activator.metrics import ActivatorMetrics, BufferDepthCollector, RequestMetricsMiddleware
 from activator.placements import (
@@ -33,6 +32,7 @@ from activator.traffic import Traffic, TrafficSink
 from activator.upstream import UpstreamPool, UpstreamTimeouts
 from activator.watch import ReplicaWatch, probe_live
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
+from foundation.errors import ZeroserveError
 from foundation.http import handle_http_exception, handle_unexpected
 
 logger = logging.getLogger(__name__)

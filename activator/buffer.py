@@ -26,8 +26,8 @@ from typing import NamedTuple, Protocol
 
 from activator.errors import (
     ActivationFailedError,
-    ActivationTimeoutError,
     BufferFullError,
+    ColdStartTimeoutError,
     ShuttingDownError,
 )
 from activator.lb import Replica
@@ -120,7 +120,7 @@ class Buffer:
         release_concurrency: buffered requests in flight at once per replica while the
             queue drains.
         activation_timeout_s: bound on one activation call; also the deadline named in
-            :class:`ActivationTimeoutError` messages.
+            :class:`ColdStartTimeoutError` messages.
         retry_after_s: carried by the errors this raises.
     """
 
@@ -167,7 +167,7 @@ class Buffer:
 
         Raises:
             BufferFullError: the queue holds ``max_requests`` waiters.
-            ActivationTimeoutError: ``deadline`` passed first.
+            ColdStartTimeoutError: ``deadline`` passed first.
             ActivationFailedError: the burst's activation raised or timed out.
             ShuttingDownError: the buffer was closed.
         """
@@ -259,7 +259,7 @@ class Buffer:
             # Cancelled in this loop turn; the waiting task has yet to see it.
             return
         future.set_exception(
-            ActivationTimeoutError(
+            ColdStartTimeoutError(
                 model=queue.model,
                 timeout_s=self._activation_timeout_s,
                 retry_after_s=self._retry_after_s,

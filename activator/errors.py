@@ -1,40 +1,39 @@
-"""The activator's error tree, free of HTTP.
+"""The activator's branch of the error tree, free of HTTP.
 
-    ZeroserveError
-    ├── InvalidInputError             the request cannot be routed (no model in an OpenAI body)
-    │   └── RequestTooLargeError      the body exceeds ``max_request_bytes``
-    ├── ModelNotFoundError            no model of this name is registered
-    ├── ClientClosedError             the client left before its request was read
-    ├── TooManyRequestsError          try again later, somewhere else
-    │   └── BufferFullError           the model's buffer holds ``buffer_max_requests``
-    ├── UnavailableError              try again later
-    │   ├── ActivationFailedError     the control plane could not be asked, or refused
-    │   ├── ActivationTimeoutError    no replica became ready before the deadline
-    │   ├── UpstreamBusyError         every upstream connection stayed busy
-    │   ├── StoreUnavailableError     the state store did not answer a model lookup
-    │   └── ShuttingDownError         the activator stops and gave up waiting
-    ├── UpstreamError                 the worker dropped the request after receiving it
-    └── UpstreamTimeoutError          the worker took the request and did not answer in time
+    ZeroserveError                    foundation.errors: the one root
+    └── ActivatorError
+        ├── UnroutableRequestError    the request cannot be routed (no model in an OpenAI body)
+        │   └── RequestTooLargeError  the body exceeds ``max_request_bytes``
+        ├── ModelNotRegisteredError   no model of this name is registered
+        ├── ClientClosedError         the client left before its request was read
+        ├── TooManyRequestsError      try again later, somewhere else
+        │   └── BufferFullError       the model's buffer holds ``buffer_max_requests``
+        ├── ActivatorUnavailableError try again later
+        │   ├── ActivationFailedError the control plane could not be asked, or refused
+        │   ├── ColdStartTimeoutError no replica became ready before the deadline
+        │   ├── UpstreamBusyError     every upstream connection stayed busy
+        │   ├── CatalogUnavailableError  the state store did not answer a model lookup
+        │   └── ShuttingDownError     the activator stops and gave up waiting
+        ├── UpstreamError             the worker dropped the request after receiving it
+        └── UpstreamTimeoutError      the worker took the request and did not answer in time
 
 `activator.http_errors` maps each class to a status code in one place.
 """
 
 from __future__ import annotations
 
+from foundation.errors import ZeroserveError
 
-class ZeroserveError(Exception):
+
+class ActivatorError(ZeroserveError):
     """Base of every error the activator raises on purpose."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
-
-class InvalidInputError(ZeroserveError):
+class UnroutableRequestError(ActivatorError):
     """The request is malformed in a way that keeps it from being routed."""
 
 
-class RequestTooLargeError(InvalidInputError):
+class RequestTooLargeError(UnroutableRequestError):
     """The request body is larger than the activator holds."""
 
     def __init__(self, *, size: int, limit: int) -> None:
@@ -43,7 +42,7 @@ class RequestTooLargeError(InvalidInputError):
         self.limit = limit
 
 
-class ModelNotFoundError(ZeroserveError):
+class ModelNotRegisteredError(ActivatorError):
     """No model of this name is registered."""
 
     def __init__(self, *, model: str) -> None:
@@ -51,7 +50,7 @@ class ModelNotFoundError(ZeroserveError):
         self.model = model
 
 
-class ClientClosedError(ZeroserveError):
+class ClientClosedError(ActivatorError):
     """The client closed the connection before its request body was read: no server fault,
     and nobody will read the answer (nginx's 499 "client closed request")."""
 
@@ -60,7 +59,7 @@ class ClientClosedError(ZeroserveError):
         self.path = path
 
 
-class TooManyRequestsError(ZeroserveError):
+class TooManyRequestsError(ActivatorError):
     """More requests than the activator takes on; retry after ``retry_after_s``."""
 
     def __init__(self, message: str, *, retry_after_s: int) -> None:
@@ -81,7 +80,7 @@ class BufferFullError(TooManyRequestsError):
         self.limit = limit
 
 
-class UnavailableError(ZeroserveError):
+class ActivatorUnavailableError(ActivatorError):
     """The request cannot be served now; a retry after ``retry_after_s`` may succeed."""
 
     def __init__(self, message: str, *, retry_after_s: int) -> None:
@@ -89,7 +88,7 @@ class UnavailableError(ZeroserveError):
         self.retry_after_s = retry_after_s
 
 
-class ActivationFailedError(UnavailableError):
+class ActivationFailedError(ActivatorUnavailableError):
     """Asking the control plane to bring the model up failed."""
 
     def __init__(self, *, model: str, reason: str, retry_after_s: int) -> None:
@@ -100,7 +99,7 @@ class ActivationFailedError(UnavailableError):
         self.reason = reason
 
 
-class ActivationTimeoutError(UnavailableError):
+class ColdStartTimeoutError(ActivatorUnavailableError):
     """The request waited ``timeout_s`` and no replica of the model became ready."""
 
     def __init__(self, *, model: str, timeout_s: float, retry_after_s: int) -> None:
@@ -112,7 +111,7 @@ class ActivationTimeoutError(UnavailableError):
         self.timeout_s = timeout_s
 
 
-class UpstreamBusyError(UnavailableError):
+class UpstreamBusyError(ActivatorUnavailableError):
     """No connection to a worker came free within the pool timeout."""
 
     def __init__(self, *, model: str, retry_after_s: int) -> None:
@@ -123,7 +122,7 @@ class UpstreamBusyError(UnavailableError):
         self.model = model
 
 
-class StoreUnavailableError(UnavailableError):
+class CatalogUnavailableError(ActivatorUnavailableError):
     """The state store failed to say whether a model is registered."""
 
     def __init__(self, *, model: str, reason: str, retry_after_s: int) -> None:
@@ -135,7 +134,7 @@ class StoreUnavailableError(UnavailableError):
         self.reason = reason
 
 
-class ShuttingDownError(UnavailableError):
+class ShuttingDownError(ActivatorUnavailableError):
     """The activator is stopping and no longer waits for replicas."""
 
     def __init__(self, *, model: str, retry_after_s: int) -> None:
@@ -145,7 +144,7 @@ class ShuttingDownError(UnavailableError):
         self.model = model
 
 
-class UpstreamError(ZeroserveError):
+class UpstreamError(ActivatorError):
     """The worker failed after the request was sent: reset, closed or garbled."""
 
     def __init__(self, *, model: str, url: str, reason: str) -> None:
@@ -155,7 +154,7 @@ class UpstreamError(ZeroserveError):
         self.reason = reason
 
 
-class UpstreamTimeoutError(ZeroserveError):
+class UpstreamTimeoutError(ActivatorError):
     """The worker accepted the request and did not answer within the read timeout."""
 
     def __init__(self, *, model: str, url: str, timeout_s: float) -> None:

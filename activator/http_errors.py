@@ -10,16 +10,16 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from activator.errors import (
+    ActivatorUnavailableError,
     ClientClosedError,
-    InvalidInputError,
-    ModelNotFoundError,
+    ModelNotRegisteredError,
     RequestTooLargeError,
     TooManyRequestsError,
-    UnavailableError,
+    UnroutableRequestError,
     UpstreamError,
     UpstreamTimeoutError,
-    ZeroserveError,
 )
+from foundation.errors import ZeroserveError
 from foundation.http import (
     error_response,
     status_for as _status_for,
@@ -33,10 +33,10 @@ CLIENT_CLOSED = 499
 _STATUS: dict[type[BaseException], int] = {
     ClientClosedError: CLIENT_CLOSED,
     RequestTooLargeError: 413,
-    InvalidInputError: 400,
-    ModelNotFoundError: 404,
+    UnroutableRequestError: 400,
+    ModelNotRegisteredError: 404,
     TooManyRequestsError: 429,
-    UnavailableError: 503,
+    ActivatorUnavailableError: 503,
     UpstreamError: 502,
     UpstreamTimeoutError: 504,
 }
@@ -49,7 +49,7 @@ def status_for(error: ZeroserveError) -> int:
 
 def from_error(error: ZeroserveError) -> Response:
     headers: dict[str, str] | None = None
-    if isinstance(error, TooManyRequestsError | UnavailableError):
+    if isinstance(error, TooManyRequestsError | ActivatorUnavailableError):
         headers = {"Retry-After": str(error.retry_after_s)}
     return error_response(error.message, status_for(error), headers)
 
@@ -58,9 +58,9 @@ def openai_from_error(error: ZeroserveError) -> Response:
     """``error`` as OpenAI's body: ``{"error": {"message", "type", "param", "code"}}``."""
     status = status_for(error)
     headers: dict[str, str] | None = None
-    if isinstance(error, TooManyRequestsError | UnavailableError):
+    if isinstance(error, TooManyRequestsError | ActivatorUnavailableError):
         headers = {"Retry-After": str(error.retry_after_s)}
-    is_unknown = isinstance(error, ModelNotFoundError)
+    is_unknown = isinstance(error, ModelNotRegisteredError)
     body = {
         "error": {
             "message": error.message,

@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
-from activator.errors import StoreUnavailableError
+from activator.errors import CatalogUnavailableError
 from activator.lb import Replica, choose
 from control_plane.records import ModelRecord, Placement, PlacementEvent, PlacementEventKind
 
@@ -338,7 +338,7 @@ class ModelCatalog:
         """Whether ``name`` is registered: the cache while fresh, else the store.
 
         When the store fails, a stale answer is better than none; with no answer at all
-        this raises :class:`StoreUnavailableError` (a 503).
+        this raises :class:`CatalogUnavailableError` (a 503).
         """
         cached = self.cached(name)
         if cached is not None:
@@ -348,7 +348,7 @@ class ModelCatalog:
         except Exception as exc:
             stale = self._entries.get(name)
             if stale is None:
-                raise StoreUnavailableError(
+                raise CatalogUnavailableError(
                     model=name, reason=type(exc).__name__, retry_after_s=self._retry_after_s
                 ) from exc
             logger.warning("state store failed looking up %s; using the cached answer", name)

@@ -17,15 +17,15 @@ from starlette.routing import BaseRoute, Route
 
 from activator.errors import (
     ClientClosedError,
-    InvalidInputError,
-    ModelNotFoundError,
+    ModelNotRegisteredError,
     RequestTooLargeError,
-    ZeroserveError,
+    UnroutableRequestError,
 )
 from activator.http_errors import openai_from_error
 from activator.metrics import mark_model
 from activator.placements import ModelCatalog
 from activator.state import ActivatorState
+from foundation.errors import ZeroserveError
 
 _EXTENSIONS = (
     "classification",
@@ -107,7 +107,7 @@ async def _openai_request(request: Request) -> Response:
     if encoding != "identity":
         # Routing needs the "model" field; decompressing bodies to find it is not worth it
         # for a protocol whose clients do not compress requests.
-        raise InvalidInputError(f"Content-Encoding '{encoding}' is not supported on this path")
+        raise UnroutableRequestError(f"Content-Encoding '{encoding}' is not supported on this path")
     body = await _read_body(request, state["settings"].max_request_bytes)
     name = _openai_model(body)
     await _require(state["catalog"], name)
@@ -134,7 +134,7 @@ async def _require(catalog: ModelCatalog, name: str) -> None:
     if is_known is None:
         is_known = await catalog.is_registered(name)
     if not is_known:
-        raise ModelNotFoundError(model=name)
+        raise ModelNotRegisteredError(model=name)
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:
@@ -166,10 +166,10 @@ def _openai_model(body: bytes) -> str:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise InvalidInputError(f"request body is not valid JSON: {exc}") from None
+        raise UnroutableRequestError(f"request body is not valid JSON: {exc}") from None
     model = document.get("model") if isinstance(document, dict) else None
     if not isinstance(model, str) or not model:
-        raise InvalidInputError('request body has no "model" string')
+        raise UnroutableRequestError('request body has no "model" string')
     return model
 
 

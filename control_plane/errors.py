@@ -1,20 +1,25 @@
-"""The control plane's error tree, free of HTTP.
+"""The control plane's branch of the error tree, free of HTTP.
 
-    ZeroserveError
-    ├── InvalidInputError             the request is wrong as written (malformed JSON)
-    │   └── SchemaValidationError     a field fails the admin schema; names the field
-    ├── UnauthorizedError             missing or wrong admin token
-    ├── ModelNotFoundError            no model registered under this name
-    ├── ConflictError                 the state says otherwise (name taken)
-    │   └── ModelExistsError
-    ├── UnavailableError              try again later
-    │   ├── NoCapacityError           no worker has room and none can be started or freed
-    │   ├── ActivationTimeoutError    the activation did not finish in time
-    │   ├── WorkerStartError          a worker did not come up
-    │   └── NotActingError            this replica does not hold the lease
-    └── UpstreamError                 a worker failed or answered with an error
-        └── LoadFailedError           the worker refused or failed the load
+    ZeroserveError                    foundation.errors: the one root
+    └── ControlPlaneError
+        ├── InvalidInputError         the request is wrong as written (malformed JSON)
+        │   └── SchemaValidationError a field fails the admin schema; names the field
+        ├── UnauthorizedError         missing or wrong admin token
+        ├── ModelNotFoundError        no model registered under this name
+        ├── ConflictError             the state says otherwise (name taken)
+        │   └── ModelExistsError
+        ├── ControlPlaneUnavailableError  try again later
+        │   ├── NoCapacityError       no worker has room and none can be started or freed
+        │   ├── ActivationTimeoutError  the activation did not finish in time
+        │   ├── WorkerStartError      a worker did not come up
+        │   ├── NotActingError        this replica does not hold the lease
+        │   └── KubeApiError          (backends.knative.errors) a Kubernetes API call failed
+        ├── WorkerCallError           a worker could not be reached, or failed what it was asked
+        │   └── LoadFailedError       the worker refused or failed the load
+        └── KnativeConfigError        (backends.knative.errors) Knative lacks what pools need
 
+The state store's own failures (``store.errors``) stay plain exceptions: the admin API
+maps them itself, and the loops that survive an outage catch them by name.
 ``control_plane.api.http_errors`` maps each class to a status code in one place.
 """
 
@@ -22,9 +27,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from foundation.errors import ZeroserveError
+
 __all__ = [
     "ActivationTimeoutError",
     "ConflictError",
+    "ControlPlaneError",
+    "ControlPlaneUnavailableError",
     "InvalidInputError",
     "LoadFailedError",
     "ModelExistsError",
@@ -33,22 +42,16 @@ __all__ = [
     "NotActingError",
     "SchemaValidationError",
     "UnauthorizedError",
-    "UnavailableError",
-    "UpstreamError",
+    "WorkerCallError",
     "WorkerStartError",
-    "ZeroserveError",
 ]
 
 
-class ZeroserveError(Exception):
+class ControlPlaneError(ZeroserveError):
     """Base of every error the control plane raises on purpose."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
-
-class InvalidInputError(ZeroserveError):
+class InvalidInputError(ControlPlaneError):
     """The request cannot be read: malformed JSON, or not a JSON object."""
 
 
@@ -61,14 +64,14 @@ class SchemaValidationError(InvalidInputError):
         super().__init__("; ".join(f"{field}: {reason}" for field, reason in errors))
 
 
-class UnauthorizedError(ZeroserveError):
+class UnauthorizedError(ControlPlaneError):
     """The admin token is missing or wrong."""
 
     def __init__(self, *, reason: str) -> None:
         super().__init__(reason)
 
 
-class ModelNotFoundError(ZeroserveError):
+class ModelNotFoundError(ControlPlaneError):
     """No model is registered under ``model``."""
 
     def __init__(self, *, model: str) -> None:
@@ -76,7 +79,7 @@ class ModelNotFoundError(ZeroserveError):
         self.model = model
 
 
-class ConflictError(ZeroserveError):
+class ConflictError(ControlPlaneError):
     """The request clashes with the current state."""
 
 
@@ -88,13 +91,13 @@ class ModelExistsError(ConflictError):
         self.model = model
 
 
-class UnavailableError(ZeroserveError):
+class ControlPlaneUnavailableError(ControlPlaneError):
     """The control plane cannot do this now; a retry later may succeed."""
 
     retry_after_s: int = 1
 
 
-class NoCapacityError(UnavailableError):
+class NoCapacityError(ControlPlaneUnavailableError):
     """No worker can take ``model``: all are full, busy and at ``max_workers``."""
 
     retry_after_s = 5
@@ -105,7 +108,7 @@ class NoCapacityError(UnavailableError):
         self.reason = reason
 
 
-class ActivationTimeoutError(UnavailableError):
+class ActivationTimeoutError(ControlPlaneUnavailableError):
     """Bringing ``model`` up took longer than ``timeout_s``."""
 
     retry_after_s = 5
@@ -116,7 +119,7 @@ class ActivationTimeoutError(UnavailableError):
         self.timeout_s = timeout_s
 
 
-class WorkerStartError(UnavailableError):
+class WorkerStartError(ControlPlaneUnavailableError):
     """A worker of ``pool`` did not start."""
 
     retry_after_s = 5
@@ -127,7 +130,7 @@ class WorkerStartError(UnavailableError):
         self.reason = reason
 
 
-class NotActingError(UnavailableError):
+class NotActingError(ControlPlaneUnavailableError):
     """This control-plane replica does not hold the lease, so it does not act."""
 
     retry_after_s = 2
@@ -136,7 +139,7 @@ class NotActingError(UnavailableError):
         super().__init__("this control-plane replica is not acting; the acting replica will")
 
 
-class UpstreamError(ZeroserveError):
+class WorkerCallError(ControlPlaneError):
     """A worker could not be reached, or failed while doing what it was asked."""
 
     def __init__(self, *, worker: str, reason: str) -> None:
@@ -145,7 +148,7 @@ class UpstreamError(ZeroserveError):
         self.reason = reason
 
 
-class LoadFailedError(UpstreamError):
+class LoadFailedError(WorkerCallError):
     """The worker refused or failed to load ``model``; ``reason`` is its own message."""
 
     def __init__(self, *, model: str, worker: str, reason: str) -> None:

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
-from control_plane.errors import LoadFailedError, UpstreamError
+from control_plane.errors import LoadFailedError, WorkerCallError
 from control_plane.records import ModelRecord, WorkerRecord
 
 __all__ = ["LoadReport", "WorkerClient", "load_body", "probe_live", "probe_round"]
@@ -127,7 +127,7 @@ class WorkerClient:
         )
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
-        """Load ``model`` on ``worker``; raises ``LoadFailedError`` or ``UpstreamError``."""
+        """Load ``model`` on ``worker``; raises ``LoadFailedError`` or ``WorkerCallError``."""
         started = time.monotonic()
         try:
             response = await self._http.post(
@@ -136,7 +136,7 @@ class WorkerClient:
                 timeout=self._load_timeout,
             )
         except httpx.HTTPError as exc:
-            raise UpstreamError(worker=worker.id, reason=f"load call failed: {exc!r}") from exc
+            raise WorkerCallError(worker=worker.id, reason=f"load call failed: {exc!r}") from exc
         duration_s = time.monotonic() - started
         if response.status_code != 200:
             raise LoadFailedError(model=model.name, worker=worker.id, reason=_reason(response))
@@ -151,9 +151,9 @@ class WorkerClient:
                 timeout=self._unload_timeout,
             )
         except httpx.HTTPError as exc:
-            raise UpstreamError(worker=worker.id, reason=f"unload call failed: {exc!r}") from exc
+            raise WorkerCallError(worker=worker.id, reason=f"unload call failed: {exc!r}") from exc
         if response.status_code != 200:
-            raise UpstreamError(
+            raise WorkerCallError(
                 worker=worker.id, reason=f"unload of '{model}' failed: {_reason(response)}"
             )
 
@@ -161,7 +161,7 @@ class WorkerClient:
         """Put ``model`` to sleep on ``worker`` (``POST .../sleep``); it drains first.
 
         Raises ``LoadFailedError`` when the worker refuses (a runtime that cannot sleep,
-        nothing loaded) and ``UpstreamError`` when it cannot be reached.
+        nothing loaded) and ``WorkerCallError`` when it cannot be reached.
         """
         await self._repository_call(worker, model, "sleep", self._unload_timeout)
 
@@ -179,7 +179,9 @@ class WorkerClient:
                 timeout=timeouts,
             )
         except httpx.HTTPError as exc:
-            raise UpstreamError(worker=worker.id, reason=f"{action} call failed: {exc!r}") from exc
+            raise WorkerCallError(
+                worker=worker.id, reason=f"{action} call failed: {exc!r}"
+            ) from exc
         if response.status_code != 200:
             raise LoadFailedError(
                 model=model, worker=worker.id, reason=f"{action}: {_reason(response)}"

@@ -15,7 +15,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
-from data_plane.errors import InvalidArgumentError, UnsupportedError
+from data_plane.errors import InvalidArgumentError, UnsupportedCompressionError
 
 __all__ = [
     "MAX_GZIP_MEMBERS",
@@ -47,15 +47,15 @@ def decode_body(body: bytes, content_encoding: str | None, *, max_bytes: int) ->
 
     ``gzip`` and ``deflate`` each accept a gzip or zlib stream (like Triton's inflate) and
     ``deflate`` also raw DEFLATE, which some clients send; ``identity`` or none returns ``body``
-    as is (its size is the transport's to bound). Anything else raises `UnsupportedError`
-    (the route adds ``Accept-Encoding: gzip, deflate``); oversized or corrupt data raises
-    `InvalidArgumentError`.
+    as is (its size is the transport's to bound). Anything else raises
+    `UnsupportedCompressionError` (the answer advertises ``Accept-Encoding: gzip, deflate``);
+    oversized or corrupt data raises `InvalidArgumentError`.
     """
     encoding = (content_encoding or "").strip().lower()
     if encoding in ("", "identity"):
         return body
     if encoding not in ("gzip", "deflate"):
-        raise UnsupportedError("Unsupported compression type")
+        raise UnsupportedCompressionError(encoding=encoding)
     if not body:
         raise InvalidArgumentError("nothing to be decompressed")
     try:

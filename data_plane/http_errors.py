@@ -13,6 +13,7 @@ from data_plane.errors import (
     ModelLoadError,
     NotFoundError,
     UnavailableError,
+    UnsupportedCompressionError,
     UnsupportedError,
     ZeroserveError,
 )
@@ -44,8 +45,8 @@ def from_error(error: ZeroserveError) -> Response:
     headers: dict[str, str] = {}
     if isinstance(error, UnavailableError):
         headers["Retry-After"] = str(error.retry_after_s)
-    if isinstance(error, UnsupportedError) and "compression" in error.message:
-        headers["Accept-Encoding"] = "gzip, deflate"
+    if isinstance(error, UnsupportedCompressionError):
+        headers["Accept-Encoding"] = ", ".join(error.accepted_encodings)
     return error_response(error.message, status, headers)
 
 

@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from data_plane.errors import ModelLoadError
 from foundation import model_config
 from foundation.proto.model_config_pb2 import ModelConfig
+from runtimes.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 

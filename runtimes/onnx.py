@@ -38,12 +38,6 @@ import onnx
 import onnxruntime as ort
 from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
-from data_plane.errors import (
-    InternalError,
-    InvalidArgumentError,
-    ModelLoadError,
-    ModelNotReadyError,
-)
 from foundation import datatypes
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import (
@@ -55,6 +49,12 @@ from runtimes.base import (
 )
 from runtimes.cache.engines import EngineCache, hardware_identity, model_identity
 from runtimes.cache.pins import LockTimeoutError, Pin
+from runtimes.errors import (
+    InternalError,
+    InvalidArgumentError,
+    ModelLoadError,
+    ModelNotReadyError,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -14,8 +14,9 @@ existing models keep their entry point). The contract:
     model batches; BYTES as object arrays of ``bytes``, BF16 as float32) and returns named
     arrays: every configured output (extra keys are dropped), each of its configured
     dtype; ``str`` arrays are accepted for BYTES outputs. Raising a
-    :class:`~data_plane.errors.ZeroserveError` (for example ``InvalidArgumentError``)
-    passes it to the client as is; any other exception becomes an ``InternalError``.
+    :class:`~foundation.errors.ZeroserveError` (for example
+    ``data_plane.errors.InvalidArgumentError``) passes it to the client as is; any other
+    exception becomes an ``InternalError``.
 ``finalize(self) -> None`` (optional)
     Called once per instance at unload; an exception is logged and does not stop unload.
 
@@ -61,8 +62,8 @@ from typing import Any, Final
 
 import numpy as np
 
-from data_plane.errors import InternalError, ModelLoadError, ModelNotReadyError, ZeroserveError
 from foundation import datatypes, model_config
+from foundation.errors import ZeroserveError
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import (
     ExecutorRuntime,
@@ -71,6 +72,7 @@ from runtimes.base import (
     instance_count,
     model_file,
 )
+from runtimes.errors import InternalError, ModelLoadError, ModelNotReadyError
 
 logger = logging.getLogger(__name__)
 

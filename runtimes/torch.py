@@ -30,12 +30,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from data_plane.errors import (
-    InternalError,
-    InvalidArgumentError,
-    ModelLoadError,
-    ModelNotReadyError,
-)
 from foundation import datatypes
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import (
@@ -44,6 +38,12 @@ from runtimes.base import (
     RuntimeState,
     instance_count,
     model_file,
+)
+from runtimes.errors import (
+    InternalError,
+    InvalidArgumentError,
+    ModelLoadError,
+    ModelNotReadyError,
 )
 
 if TYPE_CHECKING:

@@ -212,8 +212,8 @@ def _control_plane_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _control_plane(args: argparse.Namespace) -> int:
-    from control_plane.errors import ZeroserveError
     from control_plane.platform import serve
+    from foundation.errors import ZeroserveError
 
     try:
         settings = _control_plane_settings(args)

@@ -17,9 +17,10 @@ from control_plane.api import http_errors, routes
 from control_plane.api.auth import BearerAuth
 from control_plane.api.openapi import openapi_document
 from control_plane.api.service import AdminService
-from control_plane.errors import ConflictError, UnavailableError, ZeroserveError
+from control_plane.errors import ConflictError, ControlPlaneUnavailableError
 from control_plane.store.base import StoreConflictError
 from control_plane.store.errors import StoreUnavailableError
+from foundation.errors import ZeroserveError
 
 __all__ = ["Acting", "AdminState", "OPENAPI_PATH", "create_app"]
 
@@ -44,7 +45,7 @@ class AdminState(TypedDict):
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StoreUnavailableError)
-    error = UnavailableError(f"the state store is unavailable: {exc.reason}")
+    error = ControlPlaneUnavailableError(f"the state store is unavailable: {exc.reason}")
     return await http_errors.handle_zeroserve_error(request, error)
 
 

@@ -15,14 +15,14 @@ from starlette.responses import Response
 
 from control_plane.errors import (
     ConflictError,
+    ControlPlaneUnavailableError,
     InvalidInputError,
     ModelNotFoundError,
     SchemaValidationError,
     UnauthorizedError,
-    UnavailableError,
-    UpstreamError,
-    ZeroserveError,
+    WorkerCallError,
 )
+from foundation.errors import ZeroserveError
 from foundation.http import (
     error_response,
     handle_http_exception,
@@ -48,8 +48,8 @@ STATUS: dict[type[BaseException], int] = {
     UnauthorizedError: 401,
     ModelNotFoundError: 404,
     ConflictError: 409,
-    UnavailableError: 503,
-    UpstreamError: 502,
+    ControlPlaneUnavailableError: 503,
+    WorkerCallError: 502,
 }
 """Error class -> status; a subclass takes the status of its nearest mapped ancestor."""
 
@@ -62,7 +62,7 @@ def status_for(error: ZeroserveError) -> int:
 def from_error(error: ZeroserveError) -> Response:
     headers: dict[str, str] = {}
     extra: dict[str, Any] = {}
-    if isinstance(error, UnavailableError):
+    if isinstance(error, ControlPlaneUnavailableError):
         headers["Retry-After"] = str(error.retry_after_s)
     if isinstance(error, UnauthorizedError):
         headers["WWW-Authenticate"] = 'Bearer realm="zeroserve-admin"'

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from control_plane.backends.base import PodBackend, PoolSpec
-from control_plane.errors import NoCapacityError, UpstreamError
+from control_plane.errors import NoCapacityError, WorkerCallError
 from control_plane.placement.choose import (
     Decision,
     Evict,
@@ -137,7 +137,7 @@ class Placer:
 
         Raises ``NoCapacityError`` when no worker can take it, ``WorkerStartError`` when a
         needed worker does not start, ``LoadFailedError`` when the worker refuses the model,
-        and ``UpstreamError`` when workers keep dying under the load.
+        and ``WorkerCallError`` when workers keep dying under the load.
         """
         revived = await self._revive(model)
         if revived is not None:
@@ -147,12 +147,12 @@ class Placer:
         woken = await self._wake(model)
         if woken is not None:
             return woken
-        last: UpstreamError | None = None
+        last: WorkerCallError | None = None
         for _ in range(_PLACE_ATTEMPTS):
             try:
                 return await self._place_once(model)
-            except UpstreamError as exc:
-                if type(exc) is not UpstreamError:
+            except WorkerCallError as exc:
+                if type(exc) is not WorkerCallError:
                     raise  # the worker answered: a refused load is not retried
                 # The worker went away mid-load (crash, kill): try another one.
                 logger.warning("placing %s failed, retrying: %s", model.name, exc.message)
@@ -179,7 +179,9 @@ class Placer:
             report = await self._workers.load(worker, model)
             loaded_at = self._clock()
             if self._pool_workers.find(worker.id) is None:
-                raise UpstreamError(worker=worker.id, reason="the worker went away during the load")
+                raise WorkerCallError(
+                    worker=worker.id, reason="the worker went away during the load"
+                )
             placement = await self._publish(model, worker)
             self._pool_workers.loaded(worker.id, model.name)
         finally:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from control_plane.errors import UpstreamError
+from control_plane.errors import WorkerCallError
 from control_plane.records import ModelRecord, Placement, WorkerRecord
 from control_plane.store.base import StateStore
 
@@ -210,7 +210,7 @@ class Retirements:
                 return
             try:
                 await self._workers.unload(worker, model)
-            except UpstreamError as exc:
+            except WorkerCallError as exc:
                 logger.warning("unloading %s from %s: %s", model, worker.id, exc.message)
             logger.info("unloaded %s from %s", model, worker.id, extra={"model": model})
         finally:
@@ -222,7 +222,7 @@ class Retirements:
         model, worker = retirement.model, retirement.worker
         try:
             await self._workers.sleep(worker, model)
-        except UpstreamError as exc:
+        except WorkerCallError as exc:
             logger.warning(
                 "%s on %s cannot sleep (%s); unloading it", model, worker.id, exc.message
             )

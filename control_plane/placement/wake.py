@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from control_plane.errors import UpstreamError
+from control_plane.errors import WorkerCallError
 from control_plane.placement.retire import FindWorker
 from control_plane.records import ModelRecord, WorkerRecord
 from control_plane.store.base import StateStore
@@ -86,7 +86,7 @@ class Sleepers:
             started = self._clock()
             try:
                 await self._workers.wake(worker, model.name)
-            except UpstreamError as exc:
+            except WorkerCallError as exc:
                 logger.warning("waking %s on %s failed: %s", model.name, worker.id, exc.message)
                 self._track_unload(model.name, worker)
                 continue
@@ -137,7 +137,7 @@ class Sleepers:
             try:
                 await self._workers.unload(worker, model)
                 logger.info("unloaded sleeping %s from %s", model, worker.id)
-            except UpstreamError as exc:
+            except WorkerCallError as exc:
                 logger.warning("unloading sleeping %s from %s: %s", model, worker.id, exc.message)
             finally:
                 self._unloads.pop(key, None)

@@ -1,6 +1,6 @@
 """Why a model could not be fetched from storage, free of HTTP and of boto3.
 
-    ZeroserveError
+    DataPlaneError (runtimes.errors)
     └── StorageError                    a fetch failed; the model stays unloaded
         ├── StorageNotAllowedError      malformed URI, outside the allowed roots, or a name or
         │                               key that would escape the cache folder
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from data_plane.errors import UnavailableError, ZeroserveError
+from data_plane.errors import DataPlaneError, UnavailableError
 
 
-class StorageError(ZeroserveError):
+class StorageError(DataPlaneError):
     """A model could not be fetched from storage into the node cache."""
 
     kind: ClassVar[str] = "error"

@@ -32,7 +32,9 @@ from typing import Any, ClassVar, Protocol, TypeVar
 import numpy as np
 import orjson
 
-from data_plane.errors import (
+from foundation.proto import model_config_pb2 as mc
+from runtimes.base import ExecutorRuntime, RuntimeCapabilities, RuntimeOptions, RuntimeState
+from runtimes.errors import (
     ContextLengthError,
     InvalidArgumentError,
     InvalidParameterError,
@@ -40,8 +42,6 @@ from data_plane.errors import (
     ModelNotReadyError,
     QueueFullError,
 )
-from foundation.proto import model_config_pb2 as mc
-from runtimes.base import ExecutorRuntime, RuntimeCapabilities, RuntimeOptions, RuntimeState
 from runtimes.llm.parameters import COMMON, Option, ParameterError, read_parameters
 from runtimes.llm.sampling import (
     Delta,

@@ -24,7 +24,7 @@ from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from data_plane.errors import EngineDeadError, InternalError
+from runtimes.errors import EngineDeadError, InternalError
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.engine_process import EngineProcess, EngineProcessError
 from runtimes.llm.hf_engine import EngineInfo, EngineLoadError, TokenUpdate, check_folder

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from data_plane.errors import InvalidParameterError
+from runtimes.errors import InvalidParameterError
 
 FinishReason = Literal["stop", "length", "abort"]
 """Why a generation ended: an end-of-sequence token or stop string, ``max_tokens``, or an

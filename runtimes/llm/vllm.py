@@ -26,7 +26,7 @@ from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from data_plane.errors import EngineDeadError, InternalError, UnsupportedError
+from runtimes.errors import EngineDeadError, InternalError, UnsupportedError
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.parameters import COMMON, Option
 from runtimes.llm.sampling import Delta, EngineLoad, FinishReason, SamplingParams

@@ -15,8 +15,8 @@ import pytest
 from activator.buffer import Buffer, Grant
 from activator.errors import (
     ActivationFailedError,
-    ActivationTimeoutError,
     BufferFullError,
+    ColdStartTimeoutError,
     ShuttingDownError,
 )
 from activator.lb import Replica
@@ -182,7 +182,7 @@ async def test_a_requeued_request_may_start_a_queue() -> None:
 
 async def test_the_deadline_raises_activation_timeout() -> None:
     buffer = _buffer(RecordingActivate(), activation_timeout_s=42)
-    with pytest.raises(ActivationTimeoutError) as caught:
+    with pytest.raises(ColdStartTimeoutError) as caught:
         await buffer.wait(MODEL, deadline=_past())
     assert caught.value.retry_after_s == 3
     assert caught.value.message == "model 'mlp' did not become ready within 42 s"

@@ -8,27 +8,27 @@ import pytest
 from activator import http_errors
 from activator.errors import (
     ActivationFailedError,
-    ActivationTimeoutError,
+    ActivatorUnavailableError,
     BufferFullError,
+    CatalogUnavailableError,
     ClientClosedError,
-    InvalidInputError,
-    ModelNotFoundError,
+    ColdStartTimeoutError,
+    ModelNotRegisteredError,
     RequestTooLargeError,
     ShuttingDownError,
-    StoreUnavailableError,
     TooManyRequestsError,
-    UnavailableError,
+    UnroutableRequestError,
     UpstreamBusyError,
     UpstreamError,
     UpstreamTimeoutError,
-    ZeroserveError,
 )
+from foundation.errors import ZeroserveError
 
 
 @pytest.mark.parametrize(
     ("error", "status", "retry_after", "message"),
     [
-        pytest.param(InvalidInputError("bad"), 400, None, "bad", id="invalid-input"),
+        pytest.param(UnroutableRequestError("bad"), 400, None, "bad", id="invalid-input"),
         pytest.param(
             RequestTooLargeError(size=11, limit=10),
             413,
@@ -37,7 +37,11 @@ from activator.errors import (
             id="too-large",
         ),
         pytest.param(
-            ModelNotFoundError(model="m"), 404, None, "model 'm' is not registered", id="not-found"
+            ModelNotRegisteredError(model="m"),
+            404,
+            None,
+            "model 'm' is not registered",
+            id="not-found",
         ),
         pytest.param(
             ClientClosedError(path="/v2/models/m/infer"),
@@ -56,7 +60,9 @@ from activator.errors import (
             "model 'm' is starting and its request buffer is full (5 requests waiting)",
             id="buffer-full",
         ),
-        pytest.param(UnavailableError("later", retry_after_s=4), 503, "4", "later", id="503"),
+        pytest.param(
+            ActivatorUnavailableError("later", retry_after_s=4), 503, "4", "later", id="503"
+        ),
         pytest.param(
             ActivationFailedError(model="m", reason="no room", retry_after_s=1),
             503,
@@ -65,7 +71,7 @@ from activator.errors import (
             id="activation-failed",
         ),
         pytest.param(
-            ActivationTimeoutError(model="m", timeout_s=120, retry_after_s=1),
+            ColdStartTimeoutError(model="m", timeout_s=120, retry_after_s=1),
             503,
             "1",
             "model 'm' did not become ready within 120 s",
@@ -79,7 +85,7 @@ from activator.errors import (
             id="upstream-busy",
         ),
         pytest.param(
-            StoreUnavailableError(model="m", reason="ConnectionError", retry_after_s=1),
+            CatalogUnavailableError(model="m", reason="ConnectionError", retry_after_s=1),
             503,
             "1",
             "cannot look up model 'm': state store unavailable (ConnectionError)",

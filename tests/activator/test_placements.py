@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from activator.errors import StoreUnavailableError
+from activator.errors import CatalogUnavailableError
 from activator.lb import Replica
 from activator.placements import ModelCatalog, PlacementView, ReplicaTable
 from control_plane.records import Placement, PlacementEvent, PlacementEventKind
@@ -340,7 +340,7 @@ async def test_catalog_without_an_answer_raises_store_unavailable() -> None:
     store = FakeStore()
     store.get_model_error = ConnectionError("down")
     catalog = _catalog(store, FakeClock())
-    with pytest.raises(StoreUnavailableError) as caught:
+    with pytest.raises(CatalogUnavailableError) as caught:
         await catalog.is_registered("m")
     assert caught.value.retry_after_s == 4
     assert "state store unavailable (ConnectionError)" in caught.value.message

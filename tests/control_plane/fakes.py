@@ -14,7 +14,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.backends.base import PodBackend, PoolSpec
-from control_plane.errors import LoadFailedError, NoCapacityError, UpstreamError
+from control_plane.errors import LoadFailedError, NoCapacityError, WorkerCallError
 from control_plane.records import ModelRecord, WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
 from control_plane.worker_client import LoadReport
@@ -136,7 +136,7 @@ class FakeWorkers:
             await self.load_gate.wait()
         if worker.id in self.die_on_load:
             self.die_on_load.discard(worker.id)
-            raise UpstreamError(worker=worker.id, reason="connection reset")
+            raise WorkerCallError(worker=worker.id, reason="connection reset")
         if model.name in self.fail_loads:
             raise LoadFailedError(
                 model=model.name, worker=worker.id, reason=self.fail_loads[model.name]
@@ -154,7 +154,7 @@ class FakeWorkers:
 
     async def wake(self, worker: WorkerRecord, model: str) -> None:
         if worker.id in self.fail_wakes:
-            raise UpstreamError(worker=worker.id, reason="connection reset")
+            raise WorkerCallError(worker=worker.id, reason="connection reset")
         self.events.append(("wake", worker.id, model))
 
     def loads(self) -> list[tuple[str, str]]:

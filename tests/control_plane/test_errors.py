@@ -9,6 +9,7 @@ from control_plane.api.http_errors import from_error, status_for
 from control_plane.errors import (
     ActivationTimeoutError,
     ConflictError,
+    ControlPlaneUnavailableError,
     InvalidInputError,
     LoadFailedError,
     ModelExistsError,
@@ -17,11 +18,10 @@ from control_plane.errors import (
     NotActingError,
     SchemaValidationError,
     UnauthorizedError,
-    UnavailableError,
-    UpstreamError,
+    WorkerCallError,
     WorkerStartError,
-    ZeroserveError,
 )
+from foundation.errors import ZeroserveError
 
 
 @pytest.mark.parametrize(
@@ -33,14 +33,14 @@ from control_plane.errors import (
         pytest.param(ModelNotFoundError(model="m"), 404, None, id="not-found"),
         pytest.param(ConflictError("clash"), 409, None, id="conflict"),
         pytest.param(ModelExistsError(model="m"), 409, None, id="exists"),
-        pytest.param(UnavailableError("later"), 503, "1", id="unavailable"),
+        pytest.param(ControlPlaneUnavailableError("later"), 503, "1", id="unavailable"),
         pytest.param(NoCapacityError(model="m", reason="full"), 503, "5", id="no-capacity"),
         pytest.param(
             ActivationTimeoutError(model="m", timeout_s=3), 503, "5", id="activation-timeout"
         ),
         pytest.param(WorkerStartError(pool="p", reason="exit 1"), 503, "5", id="worker-start"),
         pytest.param(NotActingError(), 503, "2", id="not-acting"),
-        pytest.param(UpstreamError(worker="w", reason="reset"), 502, None, id="upstream"),
+        pytest.param(WorkerCallError(worker="w", reason="reset"), 502, None, id="upstream"),
         pytest.param(
             LoadFailedError(model="m", worker="w", reason="400: x"), 502, None, id="load-failed"
         ),

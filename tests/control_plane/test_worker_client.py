@@ -8,7 +8,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from control_plane.errors import LoadFailedError, UpstreamError
+from control_plane.errors import LoadFailedError, WorkerCallError
 from control_plane.records import ModelRecord, WorkerRecord
 from control_plane.worker_client import WorkerClient, load_body
 
@@ -133,10 +133,10 @@ async def test_unreachable_worker_is_an_upstream_error():
     client = WorkerClient(
         load_timeout_s=5, unload_timeout_s=5, transport=httpx.MockTransport(refuse)
     )
-    with pytest.raises(UpstreamError, match="load call failed") as info:
+    with pytest.raises(WorkerCallError, match="load call failed") as info:
         await client.load(WORKER, ModelRecord(name="m", storage_uri="/m"))
-    assert type(info.value) is UpstreamError
-    with pytest.raises(UpstreamError, match="unload call failed"):
+    assert type(info.value) is WorkerCallError
+    with pytest.raises(WorkerCallError, match="unload call failed"):
         await client.unload(WORKER, "m")
     assert not await client.is_live("http://worker")
     await client.close()

@@ -19,7 +19,7 @@ from tritonclient.http._utils import _get_inference_request
 
 from data_plane import compression
 from data_plane.compression import choose_response_encoding, decode_body, encode_body
-from data_plane.errors import InvalidArgumentError, UnsupportedError, ZeroserveError
+from data_plane.errors import InvalidArgumentError, UnsupportedCompressionError, ZeroserveError
 from data_plane.protocol import OutputTensor, decode_infer_request, encode_infer_response
 from tests.data_plane.llm_app import llm_app
 from tests.models import write_onnx_add_sub
@@ -128,9 +128,15 @@ def test_bomb_is_stopped_without_inflating_it(encoding: str) -> None:
 @pytest.mark.parametrize(
     ("body", "encoding", "error", "message"),
     [
-        pytest.param(PAYLOAD, "br", UnsupportedError, "Unsupported compression type", id="br"),
         pytest.param(
-            PAYLOAD, "gzip, deflate", UnsupportedError, "Unsupported compression type", id="list"
+            PAYLOAD, "br", UnsupportedCompressionError, "Unsupported compression type", id="br"
+        ),
+        pytest.param(
+            PAYLOAD,
+            "gzip, deflate",
+            UnsupportedCompressionError,
+            "Unsupported compression type",
+            id="list",
         ),
         pytest.param(b"", "gzip", InvalidArgumentError, "nothing to be decompressed", id="empty"),
         pytest.param(

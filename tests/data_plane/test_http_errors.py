@@ -48,5 +48,11 @@ def test_triton_texts():
 
 
 def test_unsupported_compression_advertises_what_is_accepted():
-    response = from_error(errors.UnsupportedError("Unsupported compression type"))
+    response = from_error(errors.UnsupportedCompressionError(encoding="br"))
     assert response.headers["accept-encoding"] == "gzip, deflate"
+    assert json.loads(bytes(response.body)) == {"error": "Unsupported compression type"}
+
+
+def test_the_header_follows_the_type_not_the_text():
+    response = from_error(errors.UnsupportedError("Unsupported compression type"))
+    assert "accept-encoding" not in response.headers

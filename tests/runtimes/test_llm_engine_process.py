@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from data_plane.errors import EngineDeadError, InternalError, ModelLoadError
 from foundation import model_config
 from runtimes.base import RuntimeOptions, RuntimeState
+from runtimes.errors import EngineDeadError, InternalError, ModelLoadError
 from runtimes.llm.engine_process import SpareEngines
 from runtimes.llm.hf import OPTIONS, TransformersRuntime
 from runtimes.llm.parameters import read_parameters

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_plane.errors import (
+from foundation import model_config
+from runtimes.base import RuntimeOptions, RuntimeState
+from runtimes.errors import (
     ContextLengthError,
     InvalidParameterError,
     ModelLoadError,
     ModelNotReadyError,
     QueueFullError,
 )
-from foundation import model_config
-from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.hf import TransformersRuntime
 from runtimes.llm.sampling import SamplingParams

@@ -14,9 +14,9 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from data_plane.errors import InvalidArgumentError, ModelLoadError, ModelNotReadyError
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, RuntimeState
+from runtimes.errors import InvalidArgumentError, ModelLoadError, ModelNotReadyError
 from runtimes.onnx import DEFAULT_MAX_BATCH_SIZE, OnnxRuntime
 from tests.models import (
     ONNX_ELEM_TYPES,

@@ -12,11 +12,11 @@ import onnx
 import pytest
 from onnx import helper
 
-from data_plane.errors import ModelLoadError
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions
 from runtimes.cache.engines import COMPLETE
 from runtimes.cache.pins import PIN_FILENAME, try_exclusive
+from runtimes.errors import ModelLoadError
 from runtimes.onnx import (
     DISABLE_PREPACKING_PARAMETER,
     ENGINE_CACHE_RUNTIME,

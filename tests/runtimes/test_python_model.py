@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_plane.errors import (
+from runtimes.base import RuntimeOptions, RuntimeState
+from runtimes.errors import (
     InternalError,
     InvalidArgumentError,
     ModelLoadError,
     ModelNotReadyError,
 )
-from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.python_model import PythonRuntime
 from tests.models import (
     load_runtime,

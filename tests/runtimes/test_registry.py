@@ -121,7 +121,7 @@ def test_runtimes_import_and_report_clearly_without_torch(tmp_path: Path) -> Non
         import asyncio, sys
         from pathlib import Path
         sys.modules["torch"] = None
-        from data_plane.errors import ModelLoadError
+        from runtimes.errors import ModelLoadError
         from foundation.proto.model_config_pb2 import ModelConfig
         from runtimes.base import RuntimeOptions
         from runtimes.registry import available_backends, runtime_class_for

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from data_plane.errors import (
+from foundation.proto import model_config_pb2 as mc
+from runtimes.base import RuntimeOptions, RuntimeState
+from runtimes.errors import (
     InternalError,
     InvalidArgumentError,
     ModelLoadError,
     ModelNotReadyError,
 )
-from foundation.proto import model_config_pb2 as mc
-from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.torch import TorchRuntime
 from tests.models import (
     load_mlp_weights,

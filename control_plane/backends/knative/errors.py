@@ -1,20 +1,20 @@
 """The knative backend's errors, under the control plane's tree (``control_plane.errors``).
 
-ZeroserveError
+ControlPlaneError
 ├── KnativeConfigError          Knative lacks what the pools need (feature flags …)
-└── UnavailableError
+└── ControlPlaneUnavailableError
     └── KubeApiError            a Kubernetes API call failed or went unanswered
         └── KubeConflictError   409: the object changed since it was read
 """
 
 from __future__ import annotations
 
-from control_plane.errors import UnavailableError, ZeroserveError
+from control_plane.errors import ControlPlaneError, ControlPlaneUnavailableError
 
 __all__ = ["KnativeConfigError", "KubeApiError", "KubeConflictError"]
 
 
-class KnativeConfigError(ZeroserveError):
+class KnativeConfigError(ControlPlaneError):
     """Knative Serving's configuration does not allow what the runtime pools need."""
 
     def __init__(self, *, problems: list[str], message: str) -> None:
@@ -22,7 +22,7 @@ class KnativeConfigError(ZeroserveError):
         self.problems = problems
 
 
-class KubeApiError(UnavailableError):
+class KubeApiError(ControlPlaneUnavailableError):
     """``operation`` on the Kubernetes API failed; ``status`` 0 means no answer came."""
 
     retry_after_s = 5
