@@ -16,7 +16,7 @@ from typing import Protocol
 
 from activator.errors import CatalogUnavailableError
 from activator.lb import Replica, choose
-from control_plane.records import ModelRecord, Placement, PlacementEvent, PlacementEventKind
+from foundation.records import ModelRecord, Placement, PlacementEvent, PlacementEventKind
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from control_plane.records import FirstResponse, TrafficReport
+from foundation.records import FirstResponse, TrafficReport
 
 logger = logging.getLogger(__name__)
 

@@ -44,10 +44,10 @@ from typing import Any, Protocol, TypeVar
 from control_plane.errors import ActivationTimeoutError, ModelNotFoundError
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PlaceResult
-from control_plane.records import FirstResponse, ModelRecord, Placement
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from foundation.errors import ZeroserveError
+from foundation.records import FirstResponse, ModelRecord, Placement
 
 __all__ = ["Acting", "ActivationObserver", "Orchestrator", "ReplicaPlacer"]
 

@@ -36,11 +36,11 @@ from typing import Any, Protocol
 
 from control_plane.backends.base import PodBackend
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.records import ModelRecord, Placement, WorkerRecord
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreUnavailableError
 from foundation.errors import ZeroserveError
+from foundation.records import ModelRecord, Placement, WorkerRecord
 
 __all__ = [
     "Acting",

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import httpx
 
 from control_plane.errors import LoadFailedError, WorkerCallError
-from control_plane.records import ModelRecord, WorkerRecord
+from foundation.records import ModelRecord, WorkerRecord
 
 __all__ = ["LoadReport", "WorkerClient", "load_body", "probe_live", "probe_round"]
 

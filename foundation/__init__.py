@@ -1,7 +1,9 @@
 """What every component stands on, and nothing above it: the bottom layer.
 
 The ModelConfig vocabulary (Triton's ``model_config.proto`` in ``proto/``, its
-normalisation in ``model_config``, tensor ``datatypes`` and model ``names``), the HTTP
-server plumbing and the CloudWatch publisher. Nothing here imports another zeroserve
-package; the import-linter contracts in pyproject.toml keep it so.
+normalisation in ``model_config``, tensor ``datatypes`` and model ``names``), the root of
+the error tree (``errors``), the platform's ``records`` shared by the control plane and the
+activator through the state store, the HTTP server plumbing (``http``) and the CloudWatch
+publisher. Nothing here imports another zeroserve package; the import-linter contracts
+in pyproject.toml keep it so.
 """

@@ -171,7 +171,7 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _up(args: argparse.Namespace) -> int:
     from activator.settings import ActivatorSettings
-    from control_plane.platform import ensure_admin_token, serve
+    from zeroserve.platform import ensure_admin_token, serve
 
     try:
         settings, generated = ensure_admin_token(_control_plane_settings(args))
@@ -212,8 +212,8 @@ def _control_plane_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 
 def _control_plane(args: argparse.Namespace) -> int:
-    from control_plane.platform import serve
     from foundation.errors import ZeroserveError
+    from zeroserve.platform import serve
 
     try:
         settings = _control_plane_settings(args)

@@ -19,8 +19,8 @@ from typing import Any, Protocol
 from control_plane.api import schemas
 from control_plane.backends.base import PodBackend
 from control_plane.errors import ModelExistsError, ModelNotFoundError, NotActingError
-from control_plane.records import ModelRecord, Placement, ResourceSpec, ScalingSpec
 from control_plane.store.base import StateStore, StoreConflictError
+from foundation.records import ModelRecord, Placement, ResourceSpec, ScalingSpec
 
 __all__ = ["Acting", "ActivationControl", "AdminService", "ReplicaControl"]
 

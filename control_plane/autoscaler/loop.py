@@ -25,9 +25,9 @@ from control_plane.autoscaler.policy import (
     initial_state,
 )
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.records import ModelRecord, Placement
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreUnavailableError
+from foundation.records import ModelRecord, Placement
 
 __all__ = ["Acting", "AutoscalerLoop", "ReplicaRetirer", "ReplicaStarter"]
 

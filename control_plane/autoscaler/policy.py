@@ -54,7 +54,7 @@ import math
 from dataclasses import dataclass
 
 from control_plane.autoscaler.windows import WindowedAverage, WindowedMax
-from control_plane.records import ScalingSpec
+from foundation.records import ScalingSpec
 
 __all__ = [
     "AutoscalerSettings",

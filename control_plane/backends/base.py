@@ -6,7 +6,7 @@ import abc
 from dataclasses import dataclass
 from typing import Protocol
 
-from control_plane.records import WorkerRecord
+from foundation.records import WorkerRecord
 
 __all__ = ["PodBackend", "PoolSpec", "WorkerLost"]
 

@@ -33,9 +33,9 @@ import httpx
 
 from control_plane.backends.base import PodBackend, PoolSpec, WorkerLost
 from control_plane.errors import NoCapacityError, WorkerStartError
-from control_plane.records import WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
 from control_plane.worker_client import probe_live, probe_round
+from foundation.records import WorkerRecord, WorkerState
 
 __all__ = ["LocalBackend", "free_port"]
 

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from control_plane.backends.base import PoolSpec
-from control_plane.records import ModelRecord, Placement, WorkerRecord, WorkerState
+from foundation.records import ModelRecord, Placement, WorkerRecord, WorkerState
 
 __all__ = [
     "Decision",

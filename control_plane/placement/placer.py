@@ -42,10 +42,10 @@ from control_plane.placement.choose import (
 from control_plane.placement.retire import Retirements
 from control_plane.placement.wake import Sleepers
 from control_plane.placement.workers import PoolWorkers
-from control_plane.records import ModelRecord, Placement, WorkerRecord
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.worker_client import LoadReport
+from foundation.records import ModelRecord, Placement, WorkerRecord
 
 __all__ = ["PlaceResult", "Placer", "WorkerApi"]
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from control_plane.errors import WorkerCallError
-from control_plane.records import ModelRecord, Placement, WorkerRecord
 from control_plane.store.base import StateStore
+from foundation.records import ModelRecord, Placement, WorkerRecord
 
 __all__ = ["FindWorker", "ReplicaUnloader", "Retirements"]
 

@@ -18,8 +18,8 @@ from typing import Protocol
 
 from control_plane.errors import WorkerCallError
 from control_plane.placement.retire import FindWorker
-from control_plane.records import ModelRecord, WorkerRecord
 from control_plane.store.base import StateStore
+from foundation.records import ModelRecord, WorkerRecord
 
 __all__ = ["SleeperApi", "Sleepers", "Woken"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 
 from control_plane.backends.base import PodBackend, PoolSpec
-from control_plane.records import WorkerRecord
 from control_plane.store.base import StateStore
+from foundation.records import WorkerRecord
 
 __all__ = ["PoolWorkers"]
 

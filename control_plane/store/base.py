@@ -6,7 +6,7 @@ import abc
 from collections.abc import AsyncIterator
 from typing import Any
 
-from control_plane.records import (
+from foundation.records import (
     FirstResponse,
     ModelRecord,
     Placement,

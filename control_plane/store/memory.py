@@ -20,7 +20,9 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
-from control_plane.records import (
+from control_plane.store.base import StateStore, StoreConflictError
+from control_plane.store.errors import StoreUnavailableError
+from foundation.records import (
     FirstResponse,
     ModelRecord,
     Placement,
@@ -29,8 +31,6 @@ from control_plane.records import (
     TrafficReport,
     WorkerRecord,
 )
-from control_plane.store.base import StateStore, StoreConflictError
-from control_plane.store.errors import StoreUnavailableError
 
 __all__ = ["MemoryStateStore"]
 

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 from activator.lb import Replica
-from control_plane.records import (
+from foundation.records import (
     FirstResponse,
     ModelRecord,
     Placement,

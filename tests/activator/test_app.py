@@ -10,8 +10,8 @@ import pytest
 
 from activator.app import ActivatorStore, create_app
 from activator.settings import ActivatorSettings
-from control_plane.records import ModelRecord
 from control_plane.store.base import StateStore
+from foundation.records import ModelRecord
 from tests.activator.conftest import asgi_client
 from tests.activator.fakes import FakeStore, RecordingActivate
 

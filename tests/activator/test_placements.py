@@ -8,7 +8,7 @@ import pytest
 from activator.errors import CatalogUnavailableError
 from activator.lb import Replica
 from activator.placements import ModelCatalog, PlacementView, ReplicaTable
-from control_plane.records import Placement, PlacementEvent, PlacementEventKind
+from foundation.records import Placement, PlacementEvent, PlacementEventKind
 from tests.activator.fakes import FakeClock, FakeStore, RecordingListener, settle
 
 pytestmark = pytest.mark.anyio

@@ -25,8 +25,8 @@ from starlette.types import Receive, Scope, Send
 from activator.app import ActivatorStore, create_app
 from activator.buffer import Activate
 from activator.settings import ActivatorSettings
-from control_plane.records import ModelRecord, Placement
 from control_plane.store.memory import MemoryStateStore
+from foundation.records import ModelRecord, Placement
 from tests.activator.conftest import serve_app, serve_asgi
 from tests.activator.fakes import FakeStore, RecordingActivate
 from tests.integration.conftest import ServerProcess, free_port, start_server

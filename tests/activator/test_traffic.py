@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from activator.traffic import Traffic
-from control_plane.records import FirstResponse, TrafficReport
+from foundation.records import FirstResponse, TrafficReport
 from tests.activator.fakes import FakeClock, FakeStore, settle
 
 pytestmark = pytest.mark.anyio

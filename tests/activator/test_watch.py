@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 from activator.health import StallPolicy
 from activator.placements import PlacementView, ReplicaTable
 from activator.watch import ReplicaWatch, probe_live
-from control_plane.records import Placement
+from foundation.records import Placement
 from tests.activator.conftest import serve_asgi
 from tests.activator.fakes import FakeClock, FakeStore, RecordingListener, settle
 from tests.integration.conftest import free_port

@@ -15,9 +15,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.backends.base import PodBackend, PoolSpec
 from control_plane.errors import LoadFailedError, NoCapacityError, WorkerCallError
-from control_plane.records import ModelRecord, WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
 from control_plane.worker_client import LoadReport
+from foundation.records import ModelRecord, WorkerRecord, WorkerState
 
 
 def make_settings(tmp_path: Path | None = None, **overrides: Any) -> ControlPlaneSettings:

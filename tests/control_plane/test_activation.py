@@ -17,8 +17,8 @@ from control_plane.backends.base import PoolSpec
 from control_plane.errors import ActivationTimeoutError, LoadFailedError, ModelNotFoundError
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
-from control_plane.records import FirstResponse, ModelRecord
 from control_plane.store.memory import MemoryStateStore
+from foundation.records import FirstResponse, ModelRecord
 from tests.control_plane.fakes import Acting, FakeBackend, FakeWorkers, make_settings
 
 pytestmark = pytest.mark.anyio

@@ -17,10 +17,10 @@ from control_plane.api.service import AdminService
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
-from control_plane.records import ModelRecord, WorkerRecord
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.memory import MemoryStateStore
 from control_plane.worker_client import WorkerClient, load_body
+from foundation.records import ModelRecord, WorkerRecord
 from tests.control_plane.fakes import Acting, FakeBackend, FakeWorkers, lifespan, make_settings
 
 pytestmark = pytest.mark.anyio

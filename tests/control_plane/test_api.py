@@ -18,9 +18,9 @@ from control_plane.api.service import AdminService
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
-from control_plane.records import TrafficReport
 from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.memory import MemoryStateStore
+from foundation.records import TrafficReport
 from tests.control_plane.fakes import Acting, FakeBackend, FakeWorkers, lifespan, make_settings
 
 pytestmark = pytest.mark.anyio

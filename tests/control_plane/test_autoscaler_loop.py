@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 from control_plane.autoscaler.loop import AutoscalerLoop
 from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.records import ModelRecord, Placement, ScalingSpec, TrafficReport
 from control_plane.store.memory import MemoryStateStore
+from foundation.records import ModelRecord, Placement, ScalingSpec, TrafficReport
 from tests.control_plane.fakes import Acting, FakeClock
 
 pytestmark = pytest.mark.anyio

@@ -26,10 +26,10 @@ from control_plane.backends.base import PodBackend, PoolSpec
 from control_plane.backends.local import LocalBackend, free_port
 from control_plane.errors import NoCapacityError
 from control_plane.placement import Placer
-from control_plane.records import ModelRecord, WorkerRecord
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.memory import MemoryStateStore
 from control_plane.worker_client import WorkerClient
+from foundation.records import ModelRecord, WorkerRecord
 from tests.control_plane.fakes import make_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]

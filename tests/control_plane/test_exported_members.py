@@ -80,7 +80,7 @@ EXPORTS = {
     "control_plane.placement.retire": {"FindWorker", "ReplicaUnloader", "Retirements"},
     "control_plane.placement.wake": {"SleeperApi", "Sleepers", "Woken"},
     "control_plane.placement.workers": {"PoolWorkers"},
-    "control_plane.platform": {
+    "zeroserve.platform": {
         "Platform",
         "bind_socket",
         "default_repository",

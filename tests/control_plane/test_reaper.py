@@ -12,7 +12,8 @@ from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
 from control_plane.reaper import PoolState, Reaper, WorkerDecision, decide_workers
-from control_plane.records import (
+from control_plane.store.memory import MemoryStateStore
+from foundation.records import (
     ModelRecord,
     Placement,
     ScalingSpec,
@@ -20,7 +21,6 @@ from control_plane.records import (
     WorkerRecord,
     WorkerState,
 )
-from control_plane.store.memory import MemoryStateStore
 from tests.control_plane.fakes import Acting, FakeBackend, FakeClock, FakeWorkers, make_settings
 
 pytestmark = pytest.mark.anyio

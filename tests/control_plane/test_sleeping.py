@@ -17,8 +17,8 @@ from control_plane.api.service import AdminService
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
-from control_plane.records import ModelRecord, ResourceSpec, ScalingSpec
 from control_plane.store.memory import MemoryStateStore
+from foundation.records import ModelRecord, ResourceSpec, ScalingSpec
 from tests.control_plane.fakes import FakeBackend, FakeWorkers, make_settings
 from tests.control_plane.test_reaper import IDLE_S, Setup
 

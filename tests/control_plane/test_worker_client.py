@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from control_plane.errors import LoadFailedError, WorkerCallError
-from control_plane.records import ModelRecord, WorkerRecord
 from control_plane.worker_client import WorkerClient, load_body
+from foundation.records import ModelRecord, WorkerRecord
 
 pytestmark = pytest.mark.anyio
 

@@ -52,9 +52,9 @@ from control_plane.backends.knative.preflight import check_knative_config
 from control_plane.backends.knative.scaler import RevisionScaler
 from control_plane.backends.knative.settings import KnativeSettings
 from control_plane.errors import NoCapacityError, WorkerStartError
-from control_plane.records import WorkerRecord, WorkerState
 from control_plane.settings import ControlPlaneSettings
 from control_plane.worker_client import probe_live, probe_round
+from foundation.records import WorkerRecord, WorkerState
 
 __all__ = ["KnativeBackend", "create_knative_backend"]
 

@@ -21,14 +21,6 @@ from urllib.parse import urlsplit
 
 import orjson
 
-from control_plane.records import (
-    FirstResponse,
-    ModelRecord,
-    Placement,
-    PlacementEvent,
-    TrafficReport,
-    WorkerRecord,
-)
 from control_plane.store.base import StateStore, StoreConflictError
 from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.redis.connection import (
@@ -45,6 +37,14 @@ from control_plane.store.redis.subscriptions import (
     model_name,
     placement_event,
     resync,
+)
+from foundation.records import (
+    FirstResponse,
+    ModelRecord,
+    Placement,
+    PlacementEvent,
+    TrafficReport,
+    WorkerRecord,
 )
 
 __all__ = ["RedisStateStore"]

@@ -22,9 +22,9 @@ import orjson
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from control_plane.records import FirstResponse, Placement, PlacementEvent, PlacementEventKind
 from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.redis.connection import CLOSE_ERRORS, OUTAGE_ERRORS, text
+from foundation.records import FirstResponse, Placement, PlacementEvent, PlacementEventKind
 
 __all__ = ["Subscriber", "first_response", "model_name", "placement_event", "resync"]
 

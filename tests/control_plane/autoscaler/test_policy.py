@@ -19,7 +19,7 @@ from control_plane.autoscaler import (
     decide,
     initial_state,
 )
-from control_plane.records import ScalingSpec
+from foundation.records import ScalingSpec
 
 DEFAULTS = AutoscalerSettings()
 # Ticks are 1 s apart in the scenarios; the loop ticks every couple of seconds in practice.

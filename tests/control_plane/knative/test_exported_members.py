@@ -65,6 +65,6 @@ def test_the_pure_modules_do_not_need_the_kubernetes_client():
     code = (
         "import sys; sys.modules['kubernetes'] = None\n"
         "import control_plane.backends.knative.settings, control_plane.backends.knative.pods\n"
-        "import control_plane.backends.knative.requirements, control_plane.platform\n"
+        "import control_plane.backends.knative.requirements, zeroserve.platform\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

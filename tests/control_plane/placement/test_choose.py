@@ -20,7 +20,7 @@ from control_plane.placement import (
     choose,
     traffic_needed,
 )
-from control_plane.records import (
+from foundation.records import (
     ModelRecord,
     Placement,
     ResourceSpec,

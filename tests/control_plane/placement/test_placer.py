@@ -11,8 +11,8 @@ import pytest
 from control_plane.backends.base import PoolSpec
 from control_plane.errors import LoadFailedError, NoCapacityError
 from control_plane.placement import Placer
-from control_plane.records import ModelRecord, ResourceSpec, ScalingSpec, TrafficReport
 from control_plane.store.memory import MemoryStateStore
+from foundation.records import ModelRecord, ResourceSpec, ScalingSpec, TrafficReport
 from tests.control_plane.fakes import FakeBackend, FakeWorkers, make_settings
 
 pytestmark = pytest.mark.anyio

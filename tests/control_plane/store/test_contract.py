@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from control_plane.records import (
+from control_plane.store.base import StateStore
+from control_plane.store.errors import StoreConflictError, StoreUnavailableError
+from foundation.records import (
     FirstResponse,
     ModelRecord,
     Placement,
@@ -25,8 +27,6 @@ from control_plane.records import (
     WorkerRecord,
     WorkerState,
 )
-from control_plane.store.base import StateStore
-from control_plane.store.errors import StoreConflictError, StoreUnavailableError
 from tests.control_plane.store.conftest import MakeStore
 
 pytestmark = pytest.mark.anyio

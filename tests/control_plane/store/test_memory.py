@@ -9,14 +9,14 @@ from typing import TypeVar
 
 import pytest
 
-from control_plane.records import (
+from control_plane.store.memory import MemoryStateStore
+from foundation.records import (
     FirstResponse,
     Placement,
     PlacementEvent,
     PlacementEventKind,
     TrafficReport,
 )
-from control_plane.store.memory import MemoryStateStore
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from control_plane.records import Placement, PlacementEvent, PlacementEventKind
 from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.redis import RedisStateStore
+from foundation.records import Placement, PlacementEvent, PlacementEventKind
 from tests.control_plane.store.conftest import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]

@@ -1,7 +1,9 @@
-"""The control plane's records: what is registered, where it runs, how it got there.
+"""The platform's records: what is registered, where it runs, how it got there.
 
-Plain frozen dataclasses with JSON round trips, shared by the state store, the admin API,
-the activator and the backends. Names follow the admin API's JSON fields.
+Plain frozen dataclasses with JSON round trips. The control plane writes them to the state
+store; the activator reads them from it (placements, models) and writes its traffic
+reports and first responses. They live here, below both, so that neither of the two
+imports the other. Names follow the admin API's JSON fields.
 """
 
 from __future__ import annotations
