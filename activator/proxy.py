@@ -58,6 +58,10 @@ _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect", b"content-length"}
 already answered ``Expect: 100-continue``, and the pool writes the body's length itself."""
 
 
+_WHOLE_ANSWER_MAX_BYTES = 1 << 20
+"""Answers up to this size are read whole from the worker before their head is passed on."""
+
+
 class _NotSentError(Exception):
     """The connection to the replica failed, so the worker never saw the request."""
 
@@ -146,7 +150,9 @@ class Proxy:
                 replica.progress_at = loop.time()
             replica.awaiting_head += 1
             try:
-                upstream = await self._send(model, replica, method, target, headers, body)
+                upstream, read_ahead = await self._send(
+                    model, replica, method, target, headers, body
+                )
             except _NotSentError:
                 replica.awaiting_head -= 1
                 replica.in_flight -= 1
@@ -171,6 +177,7 @@ class Proxy:
                     self._traffic.first_response(model, replica.worker_id, waited_s)
             return _UpstreamResponse(
                 upstream,
+                read_ahead,
                 replica.url + target,
                 partial(self._finish, model, replica, grant, upstream),
             )
@@ -205,11 +212,21 @@ class Proxy:
         target: str,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
-    ) -> UpstreamResponse:
+    ) -> tuple[UpstreamResponse, bytes | None]:
+        """The worker's answer, and its whole body when that was read ahead of passing the
+        head on (see :func:`_read_to_end`).
+
+        Raises:
+            _NotSentError: the worker never saw the request.
+            ZeroserveError: 503 for a full pool, 504 for a silent worker, 502 for a broken one.
+        """
         # Only the client's headers go upstream (no defaults such as Accept-Encoding added),
         # or a worker would compress answers for callers that never asked for it.
         try:
-            return await self._pool.request(replica.url, method, target, headers, body)
+            upstream = await self._pool.request(replica.url, method, target, headers, body)
+            if not upstream.is_complete and _is_small(upstream.headers):
+                return upstream, await _read_to_end(upstream)
+            return upstream, None
         except UpstreamConnectError as exc:
             raise _NotSentError from exc
         except UpstreamPoolTimeoutError as exc:
@@ -239,7 +256,11 @@ class _UpstreamResponse(StreamingResponse):
     """The worker's status, headers and raw (still encoded) body, streamed as they come."""
 
     def __init__(
-        self, upstream: UpstreamResponse, url: str, on_close: Callable[[], Awaitable[None]]
+        self,
+        upstream: UpstreamResponse,
+        read_ahead: bytes | None,
+        url: str,
+        on_close: Callable[[], Awaitable[None]],
     ) -> None:
         body: AsyncIterator[bytes] = upstream.chunks()
         headers = dict(upstream.headers)
@@ -253,6 +274,7 @@ class _UpstreamResponse(StreamingResponse):
         # leaves. Only the latter pays for Starlette's disconnect watcher (a task group).
         self._is_open_ended = is_event_stream or b"content-length" not in headers
         self._upstream = upstream
+        self._read_ahead = read_ahead
         self._on_close = on_close
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -263,7 +285,9 @@ class _UpstreamResponse(StreamingResponse):
                 # The usual case: the whole answer came with its head, one message out.
                 start = {"type": "http.response.start", "status": self.status_code}
                 await send(start | {"headers": self.raw_headers})
-                body = self._upstream.take_buffered()
+                body = self._read_ahead
+                if body is None:
+                    body = self._upstream.take_buffered()
                 await send({"type": "http.response.body", "body": body})
             else:
                 await self.stream_response(send)
@@ -273,6 +297,26 @@ class _UpstreamResponse(StreamingResponse):
             # back whatever happened. Shielded, since a client that left cancels us.
             with anyio.CancelScope(shield=True):
                 await self._on_close()
+
+
+async def _read_to_end(upstream: UpstreamResponse) -> bytes:
+    """Wait for the rest of a small answer whose head came first, before anything goes to
+    the client: if the worker dies between its head and its body (a worker killed under
+    traffic does), the client gets a clear 502 instead of a connection cut after a 200."""
+    try:
+        return b"".join([chunk async for chunk in upstream.chunks()])
+    except BaseException:
+        upstream.close()
+        raise
+
+
+def _is_small(headers: list[tuple[bytes, bytes]]) -> bool:
+    """A fixed-length answer small enough to hold whole (chunked and event-stream answers
+    run open-ended and stream as they come)."""
+    for name, value in headers:
+        if name == b"content-length":
+            return value.isdigit() and int(value) <= _WHOLE_ANSWER_MAX_BYTES
+    return False
 
 
 async def _client_left(receive: Receive) -> None:

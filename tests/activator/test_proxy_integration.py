@@ -479,6 +479,28 @@ async def _cut_event_stream(reader: asyncio.StreamReader, writer: asyncio.Stream
     await writer.drain()
 
 
+async def _die_after_the_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    # As a killed worker does when the signal lands between its head and its body.
+    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 40\r\n\r\n")
+    await writer.drain()
+    writer.write(b'{"model_name": "m"')
+    await writer.drain()
+
+
+async def _body_after_a_pause(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    body = b'{"model_name": "m", "outputs": []}'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    writer.write(head % len(body))
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    writer.write(body[:10])
+    await writer.drain()
+    await asyncio.sleep(0.1)
+    writer.write(body[10:])
+    await writer.drain()
+    await reader.read()
+
+
 async def _proxied_to(url: str, **overrides: object) -> httpx.Response:
     store = FakeStore()
     store.register("m")
@@ -492,6 +514,20 @@ async def test_a_worker_that_hangs_up_after_the_request_is_502() -> None:
         response = await _proxied_to(url)
     assert response.status_code == 502
     assert response.json()["error"].startswith(f"model 'm': worker {url} failed:")
+
+
+async def test_a_worker_that_dies_between_head_and_body_is_502_not_a_cut_200() -> None:
+    async with _raw_upstream(_die_after_the_head) as url:
+        response = await _proxied_to(url)
+    assert response.status_code == 502
+    assert response.json()["error"].startswith(f"model 'm': worker {url} failed:")
+
+
+async def test_a_small_body_that_comes_after_its_head_is_passed_on_whole() -> None:
+    async with _raw_upstream(_body_after_a_pause) as url:
+        response = await _proxied_to(url)
+    assert response.status_code == 200
+    assert response.json() == {"model_name": "m", "outputs": []}
 
 
 async def test_a_buffered_request_that_fails_upstream_gives_its_slot_back() -> None:
