@@ -60,17 +60,16 @@ def encode_infer_response(
         entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": shape}
         payload: bytes | npt.NDArray[Any] | None = None
         if output.datatype == "BYTES":
-            elements = [_as_bytes(e) for e in np.ravel(output.data, order="C").tolist()]
+            elements = bytes_elements(output.data)
             texts = None if output.binary else _utf8_or_none(elements)
             if texts is None:
-                pairs = ((LENGTH_PREFIX.pack(len(e)), e) for e in elements)
-                payload = b"".join(chain.from_iterable(pairs))
+                payload = frame_bytes(elements)
             else:
                 entry["data"] = texts
         elif output.binary:
-            payload = _wire_array(output.datatype, output.data)
+            payload = wire_array(output.datatype, output.data)
         else:
-            entry["data"] = _json_array(output.datatype, _wire_array(output.datatype, output.data))
+            entry["data"] = _json_array(output.datatype, wire_array(output.datatype, output.data))
         if payload is not None:
             size = len(payload) if isinstance(payload, bytes) else payload.nbytes
             entry["parameters"] = {"binary_data_size": size}
@@ -92,6 +91,17 @@ def encode_infer_response(
     return b"".join([head, *buffers]), len(head)
 
 
+def bytes_elements(data: npt.NDArray[Any]) -> list[bytes]:
+    """A BYTES tensor's elements in C order, as bytes."""
+    return [_as_bytes(e) for e in np.ravel(data, order="C").tolist()]
+
+
+def frame_bytes(elements: list[bytes]) -> bytes:
+    """BYTES elements as binary tensor data: each one prefixed with its length."""
+    pairs = ((LENGTH_PREFIX.pack(len(e)), e) for e in elements)
+    return b"".join(chain.from_iterable(pairs))
+
+
 def _as_bytes(element: object) -> bytes:
     """A BYTES element as bytes; str is UTF-8 encoded and anything else ``str()``-ed first,
     as tritonclient's ``serialize_byte_tensor`` does."""
@@ -107,8 +117,9 @@ def _utf8_or_none(elements: list[bytes]) -> list[str] | None:
         return None
 
 
-def _wire_array(datatype: str, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
-    """``data`` as a C-contiguous little-endian array of the wire type (no copy if it is one)."""
+def wire_array(datatype: str, data: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A numeric tensor (server form) as a C-contiguous little-endian array of its
+    datatype's wire type, BF16 rounded to its upper 16 bits (no copy if it already is one)."""
     if datatype == "BF16":
         return _to_bf16_bits(np.asarray(data, dtype=np.float32))
     return np.ascontiguousarray(data, dtype=WIRE_DTYPES[datatype])
