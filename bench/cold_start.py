@@ -61,7 +61,8 @@ from bench import machine, report
 from data_plane.storage import CacheSettings, NodeCache, create_s3_client, parse_storage_uri
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions
-from runtimes.onnx import DISABLE_PREPACKING_PARAMETER, OnnxRuntime
+from runtimes.onnx.builder import DISABLE_PREPACKING_PARAMETER
+from runtimes.onnx.runtime import OnnxRuntime
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESULTS_DIR = REPO_ROOT / "bench" / "results"

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 else args.intra_op_threads,
                 "inter_op_num_threads": engine_module.INTER_OP_THREADS,
                 "concurrent_callers": args.instances,
-                "note": "the server's defaults (runtimes/onnx.py); 0 lets ONNX Runtime choose",
+                "note": "the server's defaults (runtimes/onnx/builder.py); 0: ONNX Runtime chooses",
             },
             "commands": commands,
         },

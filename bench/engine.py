@@ -1,10 +1,11 @@
 """The engine alone: ``InferenceSession.run`` in a loop, set up exactly as the server sets it up.
 
-The server (``runtimes/onnx.py``) builds its session from a fresh ``ort.SessionOptions`` with
-``intra_op_num_threads`` and ``inter_op_num_threads`` taken from its settings, both 0 (ONNX
-Runtime chooses) unless told otherwise, thread spinning by model size (on from
-``runtimes.onnx.SPINNING_MIN_WEIGHT_BYTES``), on the CPU provider only for ``device == "cpu"``,
-and calls ``session.run(output_names, feeds)``. The baseline does the same, in this process.
+The server (``runtimes/onnx/builder.py``) builds its session from a fresh
+``ort.SessionOptions`` with ``intra_op_num_threads`` and ``inter_op_num_threads`` taken from
+its settings, both 0 (ONNX Runtime chooses) unless told otherwise, thread spinning by model
+size (on from ``runtimes.onnx.builder.SPINNING_MIN_WEIGHT_BYTES``), on the CPU provider only
+for ``device == "cpu"``, and calls ``session.run(output_names, feeds)``. The baseline does
+the same, in this process.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class Engine:
             INTRA_OP_THREADS if intra_op_threads is None else intra_op_threads
         )
         options.inter_op_num_threads = INTER_OP_THREADS
-        from runtimes.onnx import SPINNING_MIN_WEIGHT_BYTES
+        from runtimes.onnx.builder import SPINNING_MIN_WEIGHT_BYTES
 
         spinning = "1" if model_path.stat().st_size >= SPINNING_MIN_WEIGHT_BYTES else "0"
         options.add_session_config_entry("session.intra_op.allow_spinning", spinning)

@@ -1,6 +1,6 @@
 """One ONNX Runtime session with the options every server in the comparison uses.
 
-The same as ``runtimes/onnx.py`` and ``bench/engine.py``: a fresh ``SessionOptions`` with
+The same as ``runtimes/onnx/builder.py`` and ``bench/engine.py``: a fresh ``SessionOptions`` with
 ``intra_op_num_threads`` and ``inter_op_num_threads`` from the environment (0, ONNX Runtime
 chooses, unless the benchmark says otherwise), thread spinning on only for models with at
 least 32 MiB of weights, and the CPU provider (or CUDA with ``ZEROSERVE_PEER_DEVICE=cuda``).
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 SPINNING_MIN_WEIGHT_BYTES = 32 * 2**20
-"""As ``runtimes.onnx.SPINNING_MIN_WEIGHT_BYTES``."""
+"""As ``runtimes.onnx.builder.SPINNING_MIN_WEIGHT_BYTES``."""
 
 
 def open_session(path: str | Path) -> Any:

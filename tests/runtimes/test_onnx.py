@@ -1,4 +1,7 @@
-"""OnnxRuntime: numbers against numpy, datatypes, instances, auto-complete, failures."""
+"""OnnxRuntime: numbers against numpy, datatypes, instances, session options, failures.
+
+Auto-complete is tested in test_onnx_complete.py, the warm engine cache in
+test_onnx_engine_cache.py."""
 
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from onnx import helper
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.errors import InvalidArgumentError, ModelLoadError, ModelNotReadyError
-from runtimes.onnx import DEFAULT_MAX_BATCH_SIZE, OnnxRuntime
+from runtimes.onnx.builder import SessionBuilder
+from runtimes.onnx.runtime import OnnxRuntime
 from tests.models import (
     ONNX_ELEM_TYPES,
     ONNX_IR_VERSION,
@@ -293,109 +297,6 @@ async def test_load_twice_is_refused(tmp_path: Path) -> None:
     await runtime.unload()
 
 
-# --- auto-complete -------------------------------------------------------------------------
-
-
-def _complete(model_dir: Path, config: mc.ModelConfig | None = None) -> mc.ModelConfig:
-    config = config if config is not None else mc.ModelConfig(name=model_dir.name)
-    OnnxRuntime.complete_config(model_dir / "1", config)
-    return config
-
-
-def _io(entries) -> list[tuple[str, int, list[int]]]:
-    return [(e.name, e.data_type, list(e.dims)) for e in entries]
-
-
-def test_autocomplete_batching_model_gets_default_batch_and_dynamic_batching(
-    tmp_path: Path,
-) -> None:
-    config = _complete(write_onnx_mlp(tmp_path, "mlp", config=False))
-
-    assert config.max_batch_size == DEFAULT_MAX_BATCH_SIZE == 4
-    assert config.WhichOneof("scheduling_choice") == "dynamic_batching"
-    assert _io(config.input) == [("INPUT0", mc.TYPE_FP32, [16])]
-    assert _io(config.output) == [("OUTPUT0", mc.TYPE_FP32, [8])]
-    assert config.backend == "onnxruntime"
-
-
-@pytest.mark.anyio
-async def test_autocompleted_config_loads_and_serves(tmp_path: Path) -> None:
-    model_dir = write_onnx_mlp(tmp_path, "mlp", config=False)
-    runtime = await load_runtime(OnnxRuntime, model_dir, config=_complete(model_dir))
-    x = np.ones((3, 16), np.float32)
-    assert (await runtime.infer({"INPUT0": x}))["OUTPUT0"].shape == (3, 8)
-    await runtime.unload()
-
-
-def test_autocomplete_fixed_first_dim_keeps_dims_without_batching(tmp_path: Path) -> None:
-    model_dir = write_onnx_identity(
-        tmp_path, "fixed", datatype="INT64", dims=(3, 4), max_batch_size=0, config=False
-    )
-    config = _complete(model_dir)
-
-    assert config.max_batch_size == 0
-    assert config.WhichOneof("scheduling_choice") is None
-    assert _io(config.input) == [("INPUT0", mc.TYPE_INT64, [3, 4])]
-    assert _io(config.output) == [("OUTPUT0", mc.TYPE_INT64, [3, 4])]
-
-
-def test_autocomplete_bytes_model_uses_type_string(tmp_path: Path) -> None:
-    config = _complete(write_onnx_identity(tmp_path, "s", datatype="BYTES", config=False))
-    assert _io(config.input) == [("INPUT0", mc.TYPE_STRING, [-1])]
-
-
-def test_autocomplete_keeps_user_max_batch_size(tmp_path: Path) -> None:
-    model_dir = write_onnx_mlp(tmp_path, "mlp", config=False)
-    config = _complete(model_dir, mc.ModelConfig(name="mlp", max_batch_size=16))
-
-    assert config.max_batch_size == 16
-    assert config.WhichOneof("scheduling_choice") is None
-    assert _io(config.input) == [("INPUT0", mc.TYPE_FP32, [16])]
-
-
-def test_autocomplete_full_rank_dims_mean_no_batching(tmp_path: Path) -> None:
-    model_dir = write_onnx_mlp(tmp_path, "mlp", config=False)
-    user = mc.ModelConfig(name="mlp", backend="onnxruntime")
-    user.input.add(name="INPUT0", data_type=mc.TYPE_FP32, dims=[-1, 16])
-    config = _complete(model_dir, user)
-
-    assert config.max_batch_size == 0
-    assert _io(config.input) == [("INPUT0", mc.TYPE_FP32, [-1, 16])]
-    assert _io(config.output) == [("OUTPUT0", mc.TYPE_FP32, [-1, 8])]
-
-
-def test_autocomplete_keeps_user_scheduler_and_fields(tmp_path: Path) -> None:
-    model_dir = write_onnx_add_sub(tmp_path, "simple", config=False)
-    user = mc.ModelConfig(name="simple", platform="onnxruntime_onnx")
-    user.sequence_batching.max_sequence_idle_microseconds = 5
-    user.output.add(name="OUTPUT1", dims=[16])
-    config = _complete(model_dir, user)
-
-    assert config.max_batch_size == DEFAULT_MAX_BATCH_SIZE
-    assert config.WhichOneof("scheduling_choice") == "sequence_batching"
-    assert config.sequence_batching.max_sequence_idle_microseconds == 5
-    assert config.platform == "onnxruntime_onnx"
-    assert config.backend == ""
-    # The user's output keeps its place and gains only the datatype it lacked.
-    assert _io(config.output) == [
-        ("OUTPUT1", mc.TYPE_FP32, [16]),
-        ("OUTPUT0", mc.TYPE_FP32, [16]),
-    ]
-    assert [e.name for e in config.input] == ["INPUT0", "INPUT1"]
-
-
-def test_autocomplete_without_model_file_changes_nothing(tmp_path: Path) -> None:
-    config = mc.ModelConfig(name="empty")
-    OnnxRuntime.complete_config(tmp_path, config)
-    assert config == mc.ModelConfig(name="empty")
-
-
-def test_autocomplete_corrupt_file_raises_load_error(tmp_path: Path) -> None:
-    (tmp_path / "model.onnx").write_bytes(b"\x00garbage")
-    with pytest.raises(ModelLoadError, match="model.onnx"):
-        OnnxRuntime.complete_config(tmp_path, mc.ModelConfig(name="bad"))
-
-
 @pytest.mark.anyio
 async def test_models_mixing_bf16_and_bytes_are_refused(tmp_path: Path) -> None:
     graph = helper.make_graph(
@@ -438,9 +339,8 @@ def test_thread_spinning_follows_the_model_size_unless_configured(
     config = read_config(write_onnx_mlp(tmp_path, "mlp"))
     if parameter is not None:
         config.parameters["allow_spinning"].string_value = parameter
-    runtime = OnnxRuntime(name="mlp", version=1, options=RuntimeOptions())
-    runtime._weight_bytes = weight_bytes
-    options = runtime._session_options(config)
+    builder = SessionBuilder("mlp", config, RuntimeOptions(), weight_bytes)
+    options = builder.session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
     assert options.get_session_config_entry("session.inter_op.allow_spinning") == expected
 

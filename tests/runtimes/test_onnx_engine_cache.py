@@ -1,5 +1,7 @@
-"""OnnxRuntime's cold-start paths: the warm engine cache (the second load of a model skips the
-engine build) and auto-complete that reads the graph without the weights."""
+"""OnnxRuntime's warm engine cache: the second load of a model skips the engine build.
+
+Auto-complete, the other cold-start path (it reads the graph without the weights), is tested
+in test_onnx_complete.py."""
 
 from __future__ import annotations
 
@@ -8,30 +10,22 @@ import os
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
-from onnx import helper
 
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions
 from runtimes.cache.engines import COMPLETE
 from runtimes.cache.pins import PIN_FILENAME, try_exclusive
 from runtimes.errors import ModelLoadError
-from runtimes.onnx import (
-    DISABLE_PREPACKING_PARAMETER,
-    ENGINE_CACHE_RUNTIME,
-    OnnxRuntime,
-    read_graph_interface,
-)
+from runtimes.onnx.builder import DISABLE_PREPACKING_PARAMETER
+from runtimes.onnx.engine_cache import ENGINE_CACHE_RUNTIME
+from runtimes.onnx.runtime import OnnxRuntime
 from tests.models import (
-    ONNX_ELEM_TYPES,
     load_mlp_weights,
     load_runtime,
     mlp_reference,
     read_config,
     write_config,
-    write_onnx_add_sub,
-    write_onnx_identity,
     write_onnx_mlp,
 )
 
@@ -190,74 +184,6 @@ def _copy(config: mc.ModelConfig) -> mc.ModelConfig:
     copy = mc.ModelConfig()
     copy.CopyFrom(config)
     return copy
-
-
-# ---- auto-complete reads the graph's interface, not its weights ----
-
-
-def _expected(path: Path) -> tuple[list[bytes], list[bytes], set[str]]:
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return (
-        [v.SerializeToString() for v in graph.input],
-        [v.SerializeToString() for v in graph.output],
-        {i.name for i in graph.initializer},
-    )
-
-
-def _scanned(path: Path) -> tuple[list[bytes], list[bytes], set[str]]:
-    inputs, outputs, initializers = read_graph_interface(path)
-    return (
-        [v.SerializeToString() for v in inputs],
-        [v.SerializeToString() for v in outputs],
-        initializers,
-    )
-
-
-def test_graph_interface_matches_onnx_load(tmp_path: Path) -> None:
-    paths = [
-        write_onnx_mlp(tmp_path, "mlp", SIZES) / "1" / "model.onnx",
-        write_onnx_add_sub(tmp_path, "add_sub") / "1" / "model.onnx",
-    ]
-    for datatype in ONNX_ELEM_TYPES:
-        model_dir = write_onnx_identity(tmp_path, f"id_{datatype}", datatype=datatype)
-        paths.append(model_dir / "1" / "model.onnx")
-    for path in paths:
-        assert _scanned(path) == _expected(path), path
-
-
-def test_graph_interface_of_old_and_external_data_models(tmp_path: Path) -> None:
-    weight = onnx.numpy_helper.from_array(np.ones((4, 4), dtype=np.float32), "W")
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["X", "W"], ["Y"])],
-        "old",
-        # IR < 4: initializers are also graph inputs.
-        [
-            helper.make_tensor_value_info("X", onnx.TensorProto.FLOAT, ["n", 4]),
-            helper.make_tensor_value_info("W", onnx.TensorProto.FLOAT, [4, 4]),
-        ],
-        [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, ["n", 4])],
-        [weight],
-    )
-    model = helper.make_model(graph, producer_name="test", doc_string="x" * 300)
-    model.ir_version = 3
-    old = tmp_path / "old.onnx"
-    onnx.save_model(model, str(old))
-    external = tmp_path / "external.onnx"
-    onnx.save_model(
-        model, str(external), save_as_external_data=True, location="w.bin", size_threshold=0
-    )
-    for path in (old, external):
-        assert _scanned(path) == _expected(path)
-        assert _scanned(path)[2] == {"W"}
-    config = mc.ModelConfig()
-    OnnxRuntime.complete_config(tmp_path / "unused", config)  # no file: left to load()
-    assert not config.input
-
-
-def test_unreadable_graph_falls_back_to_onnx_and_fails_clearly(tmp_path: Path) -> None:
-    (tmp_path / "model.onnx").write_bytes(b"\x3a\xff\xff\xff\xff\x0f")  # graph runs past the end
-    with pytest.raises(ModelLoadError, match="cannot read model.onnx as ONNX"):
-        OnnxRuntime.complete_config(tmp_path, mc.ModelConfig(name="m"))
 
 
 @pytest.mark.anyio

@@ -1,0 +1,168 @@
+"""How a model version's ``InferenceSession`` is opened: providers, options, fallback.
+
+Execution providers follow the device: ``cuda:N`` tries TensorRT, then CUDA, then falls back
+to CPU; ``cpu`` uses the CPU provider only. Session options come from the server's defaults
+and the model configuration's ``parameters`` (Triton's ORT backend names where it has them):
+thread counts, whether idle threads spin, whether weights are prepacked.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, TypeAlias
+
+import onnxruntime as ort
+
+from foundation.proto import model_config_pb2 as mc
+from runtimes.base import RuntimeOptions
+from runtimes.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+INTRA_OP_THREADS_PARAMETER: Final = "intra_op_thread_count"
+"""Config ``parameters`` key overriding the intra-op thread count (Triton's ORT backend name)."""
+INTER_OP_THREADS_PARAMETER: Final = "inter_op_thread_count"
+"""Config ``parameters`` key overriding the inter-op thread count (Triton's ORT backend name)."""
+ALLOW_SPINNING_PARAMETER: Final = "allow_spinning"
+"""Config ``parameters`` key: ``true``/``false`` lets ONNX Runtime's idle threads spin or not.
+
+Unset, spinning is on for models with at least :data:`SPINNING_MIN_WEIGHT_BYTES` of weights
+and off below. Spinning threads wait for work by burning a core. For a small model the
+server's event loop is the bottleneck and needs that core (measured on 2 cores, light MLP of
+9.6 MB at 64 connections: 7,600 infer/s with spinning off, 6,000 with it on). For a large
+model the engine is the bottleneck, the loop needs little, and without spinning the second
+thread sleeps and wakes between every parallel section (heavy MLP of 168 MB: 1,000 infer/s
+off, 1,300-1,450 on).
+"""
+SPINNING_MIN_WEIGHT_BYTES: Final = 32 * 2**20
+"""Weight size (the version folder's files) from which spinning is on unless configured."""
+DISABLE_PREPACKING_PARAMETER: Final = "disable_prepacking"
+"""Config ``parameters`` key: ``true`` skips weight prepacking at session creation.
+
+Prepacking copies every weight into a layout the CPU kernels prefer: a load reads all the
+weights up front, and later inferences are faster. Without it, a load from the warm engine
+cache memory-maps the weights and returns in milliseconds, and the first inference pays
+for paging them in. Which is better is per model; ``bench/cold_start.py`` measures both."""
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+_CUDA_DEVICE: Final = re.compile(r"cuda:(\d+)")
+
+Provider: TypeAlias = tuple[str, dict[str, str]]
+"""An execution provider as ``InferenceSession`` takes it: name and provider options."""
+
+
+@dataclass(frozen=True)
+class SessionBuilder:
+    """Opens sessions for one model version: its name, configuration and weight size.
+
+    Each method raises :class:`ModelLoadError` for the model when the device, a
+    configuration parameter or the file is not usable.
+    """
+
+    model: str
+    config: mc.ModelConfig
+    options: RuntimeOptions
+    weight_bytes: int
+    """The version folder's files, in bytes; decides spinning unless configured."""
+
+    def load_error(self, reason: str) -> ModelLoadError:
+        """The error a failed load of this model raises."""
+        return ModelLoadError(model=self.model, reason=reason)
+
+    def providers(self, device: str, *, trt_cache: Path | None) -> list[Provider]:
+        """The providers for ``device`` in order of preference, CPU last.
+
+        ``trt_cache``: the folder TensorRT keeps its engines in (created); None for none.
+        """
+        if device == "cpu":
+            return [("CPUExecutionProvider", {})]
+        match = _CUDA_DEVICE.fullmatch(device)
+        if match is None:
+            raise self.load_error(f"unknown device {device!r}; expected 'cpu' or 'cuda:N'")
+        device_id = match.group(1)
+        available = set(ort.get_available_providers())
+        providers: list[Provider] = []
+        if "TensorrtExecutionProvider" in available:
+            trt: dict[str, str] = {"device_id": device_id}
+            if trt_cache is not None:
+                # Engines take minutes to build; the folder is keyed by model, GPU, driver
+                # and ORT version (see runtimes.onnx.engine_cache).
+                trt_cache.mkdir(parents=True, exist_ok=True)
+                trt |= {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(trt_cache)}
+            providers.append(("TensorrtExecutionProvider", trt))
+        if "CUDAExecutionProvider" in available:
+            providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
+        providers.append(("CPUExecutionProvider", {}))
+        return providers
+
+    def session_options(self) -> ort.SessionOptions:
+        """Fresh options with the thread counts, spinning and prepacking this model gets."""
+        config = self.config
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self._thread_count(
+            INTRA_OP_THREADS_PARAMETER, self.options.intra_op_threads
+        )
+        options.inter_op_num_threads = self._thread_count(
+            INTER_OP_THREADS_PARAMETER, self.options.inter_op_threads
+        )
+        if ALLOW_SPINNING_PARAMETER in config.parameters:
+            is_spinning = self._flag(ALLOW_SPINNING_PARAMETER)
+        else:
+            is_spinning = self.weight_bytes >= SPINNING_MIN_WEIGHT_BYTES
+        spinning = "1" if is_spinning else "0"
+        options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
+        options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
+        if self._flag(DISABLE_PREPACKING_PARAMETER):
+            options.add_session_config_entry("session.disable_prepacking", "1")
+        return options
+
+    def open(
+        self, path: Path, options: ort.SessionOptions, providers: list[Provider]
+    ) -> ort.InferenceSession:
+        """A session of ``path``; when TensorRT fails, retried once without it."""
+        # ORT's own fallback (enable_fallback) would print to stdout on any error, corrupt
+        # files included, and retry with provider names only, losing device_id. Ours keeps
+        # the options and retries only what can help: the same providers without TensorRT,
+        # whose libraries are often absent even where the wheel lists the provider.
+        attempts = [providers]
+        if providers[0][0] == "TensorrtExecutionProvider":
+            attempts.append(providers[1:])
+        for attempt, attempt_providers in enumerate(attempts, start=1):
+            try:
+                return ort.InferenceSession(
+                    str(path), sess_options=options, providers=attempt_providers, enable_fallback=0
+                )
+            except Exception as exc:
+                if attempt == len(attempts):
+                    raise self.load_error(f"ONNX Runtime cannot load {path.name}: {exc}") from exc
+                logger.warning(
+                    "TensorRT failed for model %s (%s); retrying without it",
+                    self.model,
+                    exc,
+                    extra={"model": self.model},
+                )
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _thread_count(self, key: str, default: int) -> int:
+        # `key in` rather than indexing: indexing a protobuf map inserts the key.
+        if key not in self.config.parameters:
+            return default
+        text = self.config.parameters[key].string_value
+        try:
+            count = int(text)
+        except ValueError:
+            count = -1
+        if count < 0:
+            raise self.load_error(f"parameter {key} must be a non-negative integer, not {text!r}")
+        return count
+
+    def _flag(self, key: str) -> bool:
+        if key not in self.config.parameters:
+            return False
+        text = self.config.parameters[key].string_value.strip().lower()
+        if text not in _TRUE | _FALSE:
+            raise self.load_error(f"parameter {key} must be true or false, not {text!r}")
+        return text in _TRUE

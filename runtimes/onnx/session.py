@@ -1,0 +1,147 @@
+"""A loaded ``InferenceSession`` with the tensors it serves and the translation they need.
+
+:meth:`Session.create` checks the model configuration against the model once, at load;
+:meth:`Session.run` then checks each batch's input names, converts the values ONNX Runtime
+and the server disagree on (:mod:`runtimes.onnx.dtypes`) and maps ORT's errors onto the
+server's kinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from foundation import datatypes
+from foundation.proto import model_config_pb2 as mc
+from runtimes.errors import InternalError, InvalidArgumentError, ModelLoadError
+from runtimes.onnx.dtypes import ORT_TYPES, bf16_ortvalue_to_float32, from_engine, to_engine
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor the session serves."""
+
+    name: str
+    datatype: str
+    """Protocol datatype (``FP32``)."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """An ``InferenceSession`` with the request/response translation it needs.
+
+    Thread-safety: :meth:`run` may be called from several threads at once, as
+    ``InferenceSession.run`` may.
+    """
+
+    session: ort.InferenceSession
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    providers: tuple[str, ...]
+    has_bf16: bool
+
+    @classmethod
+    def create(
+        cls,
+        session: ort.InferenceSession,
+        config: mc.ModelConfig,
+        providers: Sequence[str],
+        load_error: Callable[[str], ModelLoadError],
+    ) -> Session:
+        """Check ``config`` against the model and keep the tensors it will serve."""
+        model_inputs = {i.name: i.type for i in session.get_inputs()}
+        model_outputs = {o.name: o.type for o in session.get_outputs()}
+        try:
+            inputs = _select("input", config.input, model_inputs, require_all=True)
+            outputs = _select("output", config.output, model_outputs, require_all=False)
+        except ValueError as exc:
+            raise load_error(str(exc)) from exc
+        tensors = inputs + outputs
+        has_bf16 = any(t.datatype == "BF16" for t in tensors)
+        if has_bf16 and any(t.datatype == "BYTES" for t in tensors):
+            # BF16 needs I/O binding (numpy has no bfloat16), which ORT refuses for strings.
+            raise load_error("models mixing BF16 and BYTES tensors are not supported")
+        return cls(session, inputs, outputs, tuple(providers), has_bf16)
+
+    def run(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run one batch on the calling thread (an executor worker)."""
+        unknown = batch.keys() - {t.name for t in self.inputs}
+        if unknown:
+            raise InvalidArgumentError(f"unexpected inference input {sorted(unknown)[0]!r}")
+        feeds: dict[str, Any] = {}
+        for tensor in self.inputs:
+            if tensor.name not in batch:
+                raise InvalidArgumentError(f"expected inference input {tensor.name!r}")
+            feeds[tensor.name] = to_engine(tensor.name, tensor.datatype, batch[tensor.name])
+        names = [t.name for t in self.outputs]
+        try:
+            values = self._run_bound(feeds) if self.has_bf16 else self.session.run(names, feeds)
+        except Exception as exc:
+            if isinstance(exc, ort.capi.onnxruntime_pybind11_state.InvalidArgument):
+                raise InvalidArgumentError(str(exc)) from exc
+            raise InternalError(f"ONNX Runtime failed: {exc}") from exc
+        return {
+            t.name: from_engine(t.datatype, v) for t, v in zip(self.outputs, values, strict=True)
+        }
+
+    def _run_bound(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        # Only I/O binding lets bfloat16 cross the Python boundary; outputs bound to "cpu"
+        # come back as host OrtValues whose bytes we can copy.
+        binding = self.session.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
+        for tensor in self.outputs:
+            binding.bind_output(tensor.name, "cpu")
+        self.session.run_with_iobinding(binding)
+        results: list[np.ndarray] = []
+        for tensor, value in zip(self.outputs, binding.get_outputs(), strict=True):
+            if tensor.datatype == "BF16":
+                results.append(bf16_ortvalue_to_float32(value))
+            else:
+                results.append(value.numpy())
+        return results
+
+
+def _select(
+    kind: str,
+    entries: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput],
+    model: Mapping[str, str],
+    *,
+    require_all: bool,
+) -> tuple[Tensor, ...]:
+    """The tensors to serve: the config's (checked against the model) or all the model's.
+
+    ``model`` maps the model's tensor names to ORT type strings. Raises ``ValueError`` with
+    the reason when the config names a tensor the model lacks (or, with ``require_all``,
+    lacks one the model has), or the types disagree or cannot be served.
+    """
+    names = [e.name for e in entries] or list(model)
+    for name in names:
+        if name not in model:
+            raise ValueError(
+                f"configuration {kind} {name!r} is not a model {kind}; model {kind}s: "
+                f"{sorted(model)}"
+            )
+    if require_all and (missing := sorted(set(model) - set(names))):
+        raise ValueError(f"model {kind} {missing[0]!r} is missing from the configuration")
+    configured = {e.name: e.data_type for e in entries}
+    tensors: list[Tensor] = []
+    for name in names:
+        datatype = ORT_TYPES.get(model[name])
+        if datatype is None:
+            raise ValueError(f"model {kind} {name!r} has unsupported type {model[name]}")
+        declared = configured.get(name, mc.TYPE_INVALID)
+        if declared != mc.TYPE_INVALID and datatypes.protocol_from_config(declared) != datatype:
+            raise ValueError(
+                f"configuration {kind} {name!r} is "
+                f"{mc.DataType.Name(declared)} but the model has {model[name]}"
+            )
+        tensors.append(Tensor(name, datatype))
+    return tuple(tensors)
