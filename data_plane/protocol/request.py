@@ -315,7 +315,7 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
         raise InvalidArgumentError(
             f"invalid datatype for input {name}: '{datatype}' is not a protocol datatype"
         )
-    _check_shape(name, datatype, shape, ctx.prefix)
+    check_shape(name, datatype, shape, ctx.prefix)
     if "shared_memory_region" in params:
         raise UnsupportedError(
             f"input '{name}' uses shared memory, which this server does not support; "
@@ -352,7 +352,7 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
     return InferInput(name, datatype, shape, data)
 
 
-def _check_shape(name: str, datatype: str, shape: tuple[int, ...], prefix: str) -> None:
+def check_shape(name: str, datatype: str, shape: tuple[int, ...], prefix: str) -> None:
     """Refuse shapes no array can take. The data-size checks catch most, but a zero-element
     shape passes them whatever its other dimensions, and numpy then fails on it."""
     if len(shape) > _MAX_DIMS:
