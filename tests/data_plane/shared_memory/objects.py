@@ -20,13 +20,16 @@ def unique_name(prefix: str = "zs-test") -> str:
 
 
 @contextlib.contextmanager
-def shm_object(size: int) -> Iterator[tuple[str, shared_memory.SharedMemory]]:
-    """A new object of ``size`` bytes: its key (``/name``) and the client's handle on it."""
+def shm_object(size: int) -> Iterator[tuple[str, memoryview]]:
+    """A new object of ``size`` bytes: its key (``/name``) and the client's view of it."""
     name = unique_name()
     handle = shared_memory.SharedMemory(name=name, create=True, size=size)
+    view = handle.buf
+    assert view is not None
     try:
-        yield f"/{name}", handle
+        yield f"/{name}", view
     finally:
+        del view
         handle.close()
         with contextlib.suppress(FileNotFoundError):
             handle.unlink()

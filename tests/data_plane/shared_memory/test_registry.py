@@ -70,7 +70,7 @@ def test_a_name_registers_once(registry: SystemSharedMemory) -> None:
 def test_one_key_under_several_names(registry: SystemSharedMemory) -> None:
     # Triton 2.51 refuses the second (it reuses a descriptor it closed); we need not.
     with shm_object(128) as (key, handle):
-        handle.buf[:4] = b"abcd"
+        handle[:4] = b"abcd"
         registry.register("first", key, 0, 64)
         registry.register("second", key, 64, 64)
         region = registry.acquire("first")
@@ -83,7 +83,7 @@ def test_one_key_under_several_names(registry: SystemSharedMemory) -> None:
 @pytest.mark.parametrize("form", ["{}", "/{}", "//{}"])
 def test_key_forms_shm_open_accepts(registry: SystemSharedMemory, form: str) -> None:
     with shm_object(16) as (key, handle):
-        handle.buf[:3] = b"xyz"
+        handle[:3] = b"xyz"
         registry.register("r", form.format(key.lstrip("/")), 0, 16)
         region = registry.acquire("r")
         try:
@@ -181,14 +181,14 @@ def test_the_number_of_regions_is_bounded() -> None:
 def test_reads_and_writes_stay_in_the_window(registry: SystemSharedMemory) -> None:
     # An offset that is not a page multiple: Triton 2.51 cannot map it, we read it.
     with shm_object(256) as (key, handle):
-        handle.buf[:256] = bytes(range(256))
+        handle[:256] = bytes(range(256))
         registry.register("r", key, 100, 50)
         region = registry.acquire("r")
         try:
             assert region.read(0, 4).tobytes() == bytes([100, 101, 102, 103])
             region.write(46, np.array([1, 2], dtype="<u2"))
-            assert bytes(handle.buf[146:150]) == b"\x01\x00\x02\x00"
-            assert bytes(handle.buf[150:151]) == b"\x96"  # untouched past the window
+            assert bytes(handle[146:150]) == b"\x01\x00\x02\x00"
+            assert bytes(handle[150:151]) == b"\x96"  # untouched past the window
             for offset, size in [(49, 2), (51, 0), (-1, 1)]:
                 with pytest.raises(RegionBoundsError):
                     region.read(offset, size)
@@ -229,7 +229,7 @@ def test_a_region_in_use_is_closed_after_its_last_request(
     registry: SystemSharedMemory,
 ) -> None:
     with shm_object(64) as (key, handle):
-        handle.buf[:2] = b"ok"
+        handle[:2] = b"ok"
         registry.register("r", key, 0, 64)
         first = registry.acquire("r")
         second = registry.acquire("r")
@@ -245,9 +245,9 @@ def test_a_region_in_use_is_closed_after_its_last_request(
 
 def test_an_object_removed_by_its_client_stays_readable(registry: SystemSharedMemory) -> None:
     with shm_object(64) as (key, handle):
-        handle.buf[:2] = b"hi"
+        handle[:2] = b"hi"
         registry.register("r", key, 0, 64)
-        handle.unlink()
+        os.unlink(f"/dev/shm{key}")
         region = registry.acquire("r")
         try:
             assert region.read(0, 2).tobytes() == b"hi"
