@@ -1,0 +1,203 @@
+"""``inference.GRPCInferenceService`` over the data plane's handlers.
+
+Each RPC reads its request message, calls the same handler the HTTP route calls and
+encodes the answer; errors become statuses in ``status`` alone. Messages are parsed here
+rather than by gRPC so that a malformed one gets Triton's answer (INTERNAL, "Unable to
+parse request") instead of gRPC's own.
+
+Trace and log settings have no core to act on yet: TraceSetting and LogSettings answer as
+a Triton built without tracing or logging does (UNAVAILABLE). Neither is listed among the
+server metadata's extensions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final
+
+import grpc
+from google.protobuf.message import Message
+
+from data_plane.errors import NotFoundError, UnavailableError, UnknownModelError, UnsupportedError
+from data_plane.grpc import messages
+from data_plane.grpc.codec import (
+    decode_infer_request,
+    encode_infer_response,
+    model_version,
+    parse,
+)
+from data_plane.grpc.cuda_shared_memory import CudaSharedMemoryServicer
+from data_plane.grpc.status import abort
+from data_plane.grpc.stream import StreamInfer
+from data_plane.handlers import Handlers
+from foundation.proto import grpc_service_pb2 as pb
+
+SERVICE: Final = "inference.GRPCInferenceService"
+
+_NAMED_REPOSITORY = "'repository_name' specification is not supported"
+
+
+class InferenceServicer:
+    """The RPCs of ``inference.GRPCInferenceService``, each taking its request message and
+    returning its response message (ModelStreamInfer: a stream of each)."""
+
+    def __init__(self, handlers: Handlers, *, stream_max_in_flight: int) -> None:
+        self._handlers = handlers
+        self._stream = StreamInfer(self.ModelInfer, max_in_flight=stream_max_in_flight)
+        self._cuda = CudaSharedMemoryServicer()
+
+    async def ServerLive(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._handlers.server.live())
+
+    async def ServerReady(self, request: pb.ServerReadyRequest) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._handlers.server.ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest) -> pb.ModelReadyResponse:
+        version = model_version(request.version)
+        try:
+            ready = self._handlers.models.ready(request.name, version)
+        except (UnknownModelError, NotFoundError):
+            # Triton's gRPC answers "not ready" for a model or version it does not know.
+            ready = False
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest) -> pb.ServerMetadataResponse:
+        return messages.server_metadata(self._handlers.server.metadata())
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest) -> pb.ModelMetadataResponse:
+        meta = self._handlers.models.metadata(request.name, model_version(request.version))
+        return messages.model_metadata(meta)
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest) -> pb.ModelConfigResponse:
+        config = self._handlers.models.config(request.name, model_version(request.version))
+        return pb.ModelConfigResponse(config=config)
+
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest
+    ) -> pb.ModelStatisticsResponse:
+        version = model_version(request.version)
+        records = self._handlers.models.stats(request.name or None, version)
+        return messages.model_statistics(records)
+
+    async def ModelInfer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        handler = self._handlers.infer
+        model = handler.model(request.model_name, model_version(request.model_version))
+        response = await handler.infer(model, decode_infer_request(request, model.name))
+        return encode_infer_response(response)
+
+    def ModelStreamInfer(
+        self, requests: AsyncIterator[bytes]
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        return self._stream.stream(requests)
+
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest
+    ) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            raise UnsupportedError(_NAMED_REPOSITORY)
+        entries = await self._handlers.repository.index(ready_only=request.ready)
+        return messages.repository_index(entries)
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest
+    ) -> pb.RepositoryModelLoadResponse:
+        if request.repository_name:
+            raise UnsupportedError(_NAMED_REPOSITORY)
+        parameters = messages.repository_parameters(request.parameters)
+        await self._handlers.repository.load(request.model_name, parameters)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest
+    ) -> pb.RepositoryModelUnloadResponse:
+        if request.repository_name:
+            raise UnsupportedError(_NAMED_REPOSITORY)
+        parameters = messages.repository_parameters(request.parameters)
+        await self._handlers.repository.unload(request.model_name, parameters)
+        return pb.RepositoryModelUnloadResponse()
+
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        return self._cuda.status(request)
+
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        return self._cuda.register(request)
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        return self._cuda.unregister(request)
+
+    async def TraceSetting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
+        raise UnavailableError("the server does not support trace")
+
+    async def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
+        raise UnavailableError("the server does not support dynamic logging")
+
+
+_UNARY: Final[dict[str, type[Message]]] = {
+    "ServerLive": pb.ServerLiveRequest,
+    "ServerReady": pb.ServerReadyRequest,
+    "ModelReady": pb.ModelReadyRequest,
+    "ServerMetadata": pb.ServerMetadataRequest,
+    "ModelMetadata": pb.ModelMetadataRequest,
+    "ModelConfig": pb.ModelConfigRequest,
+    "ModelStatistics": pb.ModelStatisticsRequest,
+    "ModelInfer": pb.ModelInferRequest,
+    "RepositoryIndex": pb.RepositoryIndexRequest,
+    "RepositoryModelLoad": pb.RepositoryModelLoadRequest,
+    "RepositoryModelUnload": pb.RepositoryModelUnloadRequest,
+    "CudaSharedMemoryStatus": pb.CudaSharedMemoryStatusRequest,
+    "CudaSharedMemoryRegister": pb.CudaSharedMemoryRegisterRequest,
+    "CudaSharedMemoryUnregister": pb.CudaSharedMemoryUnregisterRequest,
+    "TraceSetting": pb.TraceSettingRequest,
+    "LogSettings": pb.LogSettingsRequest,
+}
+"""Each unary RPC and its request message."""
+
+
+def _serialize(message: Message) -> bytes:
+    return message.SerializeToString()
+
+
+def _unary(
+    name: str,
+    request_class: type[Message],
+    method: Callable[[Any], Awaitable[Message]],
+) -> grpc.RpcMethodHandler[bytes, Message]:
+    async def handle(data: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        try:
+            return await method(parse(request_class, data))
+        except Exception as exc:
+            await abort(context, exc, name)
+
+    return grpc.unary_unary_rpc_method_handler(handle, response_serializer=_serialize)
+
+
+def _stream(
+    name: str, method: Callable[[AsyncIterator[bytes]], AsyncIterator[Message]]
+) -> grpc.RpcMethodHandler[bytes, Message]:
+    async def handle(
+        requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Message]:
+        try:
+            async for response in method(requests):
+                yield response
+        except Exception as exc:
+            await abort(context, exc, name)
+
+    return grpc.stream_stream_rpc_method_handler(handle, response_serializer=_serialize)
+
+
+def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
+    """The handler serving every RPC of the service with ``servicer``; requests arrive as
+    bytes (no request deserializer) and are parsed by :func:`parse`."""
+    methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
+        name: _unary(name, request_class, getattr(servicer, name))
+        for name, request_class in _UNARY.items()
+    }
+    methods["ModelStreamInfer"] = _stream("ModelStreamInfer", servicer.ModelStreamInfer)
+    return grpc.method_handlers_generic_handler(SERVICE, methods)

@@ -1,0 +1,56 @@
+"""How the data plane's gRPC listener runs: its port, message sizes, keepalive and bounds.
+
+Mixed into the server's settings (as the HTTP limits are), so each field reads under the
+server's environment prefix (``ZEROSERVE_DATA_PLANE_GRPC_PORT``...). The keepalive fields
+are Triton's ``--grpc-keepalive-*`` and ``--grpc-http2-*`` flags, with Triton's defaults.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_INT32_MAX = 2**31 - 1
+
+
+class GrpcSettings(BaseModel):
+    """The gRPC listener's settings."""
+
+    model_config = ConfigDict(frozen=True)
+
+    grpc_port: int = Field(default=8001, ge=0, le=65535)
+    """Port of the gRPC server (Triton's default); 0 serves no gRPC."""
+    grpc_max_receive_bytes: int = Field(default=64 * 2**20, ge=1024, le=_INT32_MAX)
+    """Largest request message; past it the call fails with RESOURCE_EXHAUSTED before the
+    message is read whole. Triton takes up to 2 GiB; the default matches HTTP's input limit
+    (``--http-max-input-size``), so the two transports take the same requests."""
+    grpc_max_send_bytes: int = Field(default=_INT32_MAX, ge=1024, le=_INT32_MAX)
+    """Largest response message (gRPC's own ceiling, Triton's too); a larger one fails the
+    call with RESOURCE_EXHAUSTED."""
+    grpc_max_concurrent_rpcs: int = Field(default=4096, gt=0)
+    """Calls served at once, streams included; one more fails with RESOURCE_EXHAUSTED."""
+    grpc_stream_max_in_flight: int = Field(default=128, gt=0)
+    """Requests of one ModelStreamInfer stream running or answered but not yet sent; the
+    stream is not read further until one is sent, so a client that does not read its
+    answers is slowed down rather than buffered without bound."""
+    grpc_keepalive_time_ms: int = Field(default=7_200_000, gt=0)
+    """Period after which the server pings an idle connection (``--grpc-keepalive-time``)."""
+    grpc_keepalive_timeout_ms: int = Field(default=20_000, gt=0)
+    """How long a ping waits for its acknowledgement before the connection is closed
+    (``--grpc-keepalive-timeout``)."""
+    grpc_keepalive_permit_without_calls: bool = False
+    """Allow keepalive pings while no call is in flight
+    (``--grpc-keepalive-permit-without-calls``)."""
+    grpc_http2_max_pings_without_data: int = Field(default=2, ge=0)
+    """Pings sent while no data or header frame is sent; 0 means no limit
+    (``--grpc-http2-max-pings-without-data``)."""
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = Field(default=300_000, ge=0)
+    """Shortest interval between a client's pings while no data is sent; a shorter one is
+    a ping strike (``--grpc-http2-min-recv-ping-interval-without-data``)."""
+    grpc_http2_max_ping_strikes: int = Field(default=2, ge=0)
+    """Ping strikes tolerated before the connection is closed with GOAWAY; 0 means any
+    number (``--grpc-http2-max-ping-strikes``)."""
+    grpc_max_connection_age_ms: int = Field(default=0, ge=0)
+    """Longest life of a connection; 0 means unbounded (``--grpc-max-connection-age``)."""
+    grpc_max_connection_age_grace_ms: int = Field(default=0, ge=0)
+    """Grace given to calls on a connection past its age; 0 means gRPC's default
+    (``--grpc-max-connection-age-grace``)."""
