@@ -28,12 +28,18 @@ from data_plane.protocol import (
     classify,
 )
 from data_plane.repository import LoadedVersion, TensorSpec
+from data_plane.trace import TraceManager
 from foundation.datatypes import NUMPY_DTYPES
 
 
-async def infer(model: LoadedVersion, request: InferRequest) -> list[OutputTensor]:
-    """Run ``request`` on ``model`` and return the outputs it asked for, in order."""
+async def infer(
+    model: LoadedVersion, request: InferRequest, tracer: TraceManager | None = None
+) -> list[OutputTensor]:
+    """Run ``request`` on ``model`` and return the outputs it asked for, in order; traced
+    when ``tracer`` samples it."""
+    # Triton's clock for statistics and traces (steady_clock is CLOCK_MONOTONIC on Linux).
     started = time.monotonic_ns()
+    trace = tracer.sample(model.name) if tracer is not None and tracer.is_active else None
     stats = model.stats
     try:
         batch, rows = _prepare_inputs(model, request)
@@ -46,17 +52,11 @@ async def infer(model: LoadedVersion, request: InferRequest) -> list[OutputTenso
         )
         executed = time.monotonic_ns()
         outputs = _select_outputs(model, request, result.outputs)
-    except asyncio.CancelledError:
-        stats.record_failure(reason="CANCELED", request_ns=time.monotonic_ns() - started)
-        raise
-    except (QueueFullError, RequestTimeoutError) as exc:
-        stats.record_failure(reason="REJECTED", request_ns=time.monotonic_ns() - started)
-        raise exc
-    except (InvalidArgumentError, UnavailableError) as exc:
-        stats.record_failure(reason="OTHER", request_ns=time.monotonic_ns() - started)
-        raise exc
-    except Exception:
-        stats.record_failure(reason="BACKEND", request_ns=time.monotonic_ns() - started)
+    except BaseException as exc:
+        ended = time.monotonic_ns()
+        stats.record_failure(reason=_failure_reason(exc), request_ns=ended - started)
+        if trace is not None:
+            trace.fail(model, request.id, request_start_ns=started, request_end_ns=ended)
         raise
     finished = time.monotonic_ns()
     stats.record_success(
@@ -67,7 +67,27 @@ async def infer(model: LoadedVersion, request: InferRequest) -> list[OutputTenso
         infer_ns=result.compute_ns,
         output_ns=finished - executed,
     )
+    if trace is not None:
+        trace.finish(
+            model,
+            request.id,
+            request_start_ns=started,
+            request_end_ns=finished,
+            result=result,
+            inputs=batch,
+        )
     return outputs
+
+
+def _failure_reason(error: BaseException) -> str:
+    """Triton's ``reason`` for a failed request."""
+    if isinstance(error, asyncio.CancelledError):
+        return "CANCELED"
+    if isinstance(error, QueueFullError | RequestTimeoutError):
+        return "REJECTED"
+    if isinstance(error, InvalidArgumentError | UnavailableError):
+        return "OTHER"
+    return "BACKEND"
 
 
 def _prepare_inputs(

@@ -29,18 +29,28 @@ _COMPACT_AT: Final = 64
 """Withdrawn requests a level tolerates in its deques before it rebuilds them."""
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: built once per request on the hot path, where a frozen dataclass's __init__
+# (object.__setattr__ per field) costs about three times as much.
+@dataclass(slots=True)
 class BatchedResult:
-    """One request's share of an execution, with the timings Triton's statistics need."""
+    """One request's share of an execution, with the timings Triton's statistics and traces
+    need (times read from the batcher's clock, ``time.monotonic_ns`` when serving)."""
 
     outputs: dict[str, np.ndarray]
     """This request's own rows of every output (views into the batch's arrays)."""
     queue_ns: int
-    """From enqueue to the start of the execution it was part of."""
+    """From enqueue to the engine call of the execution it was part of."""
     compute_ns: int
-    """How long that execution took."""
+    """How long the engine call took."""
     batch_size: int
     """Total rows (requests, with batching off) of that execution."""
+    compute_start_ns: int
+    """When the engine was called: the batch's inputs were gathered (Triton's
+    COMPUTE_INPUT_END); enqueue was ``queue_ns`` before it."""
+    exec_start_ns: int
+    """When the execution began, before its inputs were gathered (COMPUTE_START)."""
+    exec_end_ns: int
+    """When the outputs were split among the batch's requests (COMPUTE_END)."""
 
 
 class PriorityLevel:

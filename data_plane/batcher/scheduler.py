@@ -243,11 +243,13 @@ class Batcher:
     async def _run(self, batch: list[QueuedRequest], task: asyncio.Task[None]) -> None:
         error: ZeroserveError
         try:
+            exec_start = self._clock()
             inputs = batch[0].inputs if len(batch) == 1 else _concatenate(batch)
             started = self._clock()
             outputs = await self._execute(inputs)
             compute_ns = self._clock() - started
             shares = self._split(batch, outputs) if self._batching else [outputs]
+            exec_end = self._clock()
         except asyncio.CancelledError:
             if task.cancelling():
                 _fail_all(batch, ServerStoppingError())
@@ -265,7 +267,15 @@ class Batcher:
             for request, share in zip(batch, shares, strict=True):
                 _resolve(
                     request.future,
-                    BatchedResult(share, started - request.enqueue_ns, compute_ns, batch_size),
+                    BatchedResult(
+                        share,
+                        started - request.enqueue_ns,
+                        compute_ns,
+                        batch_size,
+                        started,
+                        exec_start,
+                        exec_end,
+                    ),
                 )
             if self._on_execution is not None:
                 try:
