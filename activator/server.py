@@ -1,47 +1,34 @@
-"""Running the activator under uvicorn, with readiness failing before connections stop."""
+"""The activator's public HTTP server, the same standalone and in ``zeroserve up``."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable
+import socket
 
 from starlette.types import ASGIApp
 
 from activator.settings import ActivatorSettings
-from activator.state import Lifecycle
-from foundation.http import DrainingServer, http_config
-
-logger = logging.getLogger(__name__)
+from foundation.serving import HttpListener
 
 
 def create_server(
-    app: ASGIApp, settings: ActivatorSettings, lifecycle: Lifecycle
-) -> DrainingServer:
-    """A uvicorn server for ``app`` on ``settings.host:settings.port``."""
-    config = http_config(
+    app: ASGIApp,
+    settings: ActivatorSettings,
+    sock: socket.socket,
+    *,
+    start_timeout_s: float | None = None,
+    stop_timeout_s: float | None = None,
+) -> HttpListener:
+    """The listener serving ``app`` on ``sock`` (bound to ``settings.host:settings.port``
+    by the caller, before anything else starts); the bounds are `HttpListener`'s."""
+    return HttpListener(
         app,
         settings,
-        host=settings.host,
-        port=settings.port,
-        loop="auto",
-        lifespan="on",
-        access_log=False,
-        log_config=None,
+        sock,
+        name="activator",
+        drain_timeout_s=settings.exit_timeout_s,
+        start_timeout_s=start_timeout_s,
+        stop_timeout_s=stop_timeout_s,
         # The workers' Date and Server headers pass through; uvicorn must not add its own.
         server_header=False,
         date_header=False,
-        timeout_graceful_shutdown=max(int(settings.exit_timeout_s), 1),
-        backlog=2048,
     )
-    return DrainingServer(config, lifecycle, settings.readiness_propagation_s)
-
-
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's event loop where it is installed (what uvicorn's ``loop="auto"`` picks when
-    it owns the loop; here ``__main__`` owns it, to open the store on it), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:  # Windows, or a slim install
-        return None
-    return uvloop.new_event_loop

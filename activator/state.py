@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypedDict
 
 from activator.metrics import ActivatorMetrics
@@ -10,12 +9,10 @@ from activator.placements import ModelCatalog, PlacementView
 from activator.proxy import Proxy
 from activator.settings import ActivatorSettings
 
+# The one Lifecycle every server shares, named here for the activator's modules.
+from foundation.serving import Lifecycle
 
-@dataclass
-class Lifecycle:
-    """Whether the activator is draining for shutdown (readiness fails first)."""
-
-    is_stopping: bool = False
+__all__ = ["ActivatorState", "Lifecycle"]
 
 
 class ActivatorState(TypedDict):

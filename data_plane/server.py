@@ -1,4 +1,5 @@
-"""Running the data plane under uvicorn with Triton-like graceful shutdown."""
+"""Running the data plane: its HTTP server under the one bootstrap (`foundation.serving`),
+with Triton-like graceful shutdown."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from data_plane.devices import cuda_device_count
 from data_plane.metrics import Metrics
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
-from foundation.http import DrainingServer, http_config
+from foundation import serving
+from foundation.serving import HttpListener, bind_socket
 
 logger = logging.getLogger(__name__)
 
 
 def run(settings: DataPlaneSettings) -> None:
-    """Serve until a signal stops the server."""
+    """Serve until a signal stops the server; a port in use raises OSError before the
+    server starts, a failed start `ServerStartError`."""
     gpus = settings.gpu_count if settings.gpu_count is not None else cuda_device_count()
     metrics = Metrics()
     lifecycle = Lifecycle()
@@ -32,18 +35,14 @@ def run(settings: DataPlaneSettings) -> None:
         # SIGTERM to ourselves: the same graceful stop as from the supervisor.
         on_engine_dead=lambda: os.kill(os.getpid(), signal.SIGTERM),
     )
-    config = http_config(
+    http = HttpListener(
         app,
         settings,
-        host=settings.host,
-        port=settings.http_port,
-        loop="auto",
-        lifespan="on",
-        access_log=False,
+        bind_socket(settings.host, settings.http_port),
+        name="data plane",
+        drain_timeout_s=settings.exit_timeout_s,
         proxy_headers=False,
-        log_config=None,
-        timeout_graceful_shutdown=max(int(settings.exit_timeout_s), 1),
-        backlog=2048,
     )
-    server = DrainingServer(config, lifecycle, settings.readiness_propagation_s)
-    server.run()
+    serving.run(
+        serving.serve(http, lifecycle=lifecycle, propagation_s=settings.readiness_propagation_s)
+    )

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 
+# The one Lifecycle every server shares, named here for the data plane's modules.
+from foundation.serving import Lifecycle
 
-@dataclass
-class Lifecycle:
-    """Whether the server is draining for shutdown (readiness fails first, then requests)."""
-
-    is_stopping: bool = False
+__all__ = ["Lifecycle", "is_explicit"]
 
 
 def is_explicit(settings: DataPlaneSettings) -> bool:

@@ -6,8 +6,10 @@
     │                                 adds the data plane's own leaves, storage.errors its
     │                                 storage failures)
     ├── ActivatorError                activator.errors
-    └── ControlPlaneError             control_plane.errors (backends.knative.errors adds
-                                      the Kubernetes failures)
+    ├── ControlPlaneError             control_plane.errors (backends.knative.errors adds
+    │                                 the Kubernetes failures)
+    └── ServerStartError              foundation.serving: a server process's listener did
+                                      not come up (the command line's exit status 3)
 
 Each branch is free of HTTP and each app maps its branch to status codes in one
 ``http_errors.py``, by class (the nearest mapped class in the error's MRO) and typed

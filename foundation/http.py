@@ -1,9 +1,10 @@
 """HTTP plumbing every zeroserve server shares: error bodies, status lookup, connection
-limits, draining.
+limits.
 
 Each component keeps its own error table (its ``http_errors`` module); this module holds the
 mechanics they have in common so that an error looks the same whichever server answers it, and
-the bounds (`ServerLimits`) every server puts on its clients' connections.
+the bounds (`ServerLimits`) every server puts on its clients' connections. Starting,
+draining and stopping a server is `foundation.serving`'s.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import itertools
 import logging
 from asyncio import TimerHandle
 from collections.abc import Mapping
-from types import FrameType
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final
 
 import orjson
 import uvicorn
@@ -72,34 +72,6 @@ async def handle_unexpected(request: Request, exc: Exception) -> Response:
     """Any other exception: a generic 500; the traceback goes only to the log."""
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     return error_response("internal server error", 500)
-
-
-class Stoppable(Protocol):
-    """What a draining server flips: readiness fails once ``is_stopping`` is set."""
-
-    is_stopping: bool
-
-
-class DrainingServer(uvicorn.Server):
-    """On SIGTERM/SIGINT: fail readiness, wait for it to propagate, then stop accepting.
-
-    uvicorn then waits (bounded by its ``timeout_graceful_shutdown``) for in-flight
-    requests, and the app's lifespan releases what the server holds.
-    """
-
-    def __init__(self, config: uvicorn.Config, lifecycle: Stoppable, propagation_s: float):
-        super().__init__(config)
-        self._lifecycle = lifecycle
-        self._propagation_s = propagation_s
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._lifecycle.is_stopping or self._propagation_s <= 0:
-            self._lifecycle.is_stopping = True
-            super().handle_exit(sig, frame)
-            return
-        self._lifecycle.is_stopping = True
-        logger.info("readiness failed; stopping in %.1f s", self._propagation_s)
-        asyncio.get_running_loop().call_later(self._propagation_s, super().handle_exit, sig, frame)
 
 
 class ServerLimits(BaseModel):

@@ -9,13 +9,15 @@ the top, and the activator package never imports the control plane.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import logging
 
 from activator.app import create_app
-from activator.server import create_server, loop_factory
+from activator.server import create_server
 from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
+from foundation import serving
+from foundation.serving import bind_socket
 
 
 def serve(settings: ActivatorSettings, activator_id: str) -> int:
@@ -23,8 +25,7 @@ def serve(settings: ActivatorSettings, activator_id: str) -> int:
     # One line per proxied request would drown the log (and cost time), as in ``up``.
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
-        runner.run(_serve(settings, activator_id))
+    serving.run(_serve(settings, activator_id))
     return 0
 
 
@@ -32,15 +33,17 @@ async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
     # Imported here: a cluster store pulls in its client library only when it is used.
     from control_plane.store.factory import open_state_store
 
-    try:
-        store = open_state_store(settings.state_url)
-    except ValueError as exc:
-        raise SystemExit(f"activator: {exc}") from None
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            store = open_state_store(settings.state_url)
+        except ValueError as exc:
+            raise SystemExit(f"activator: {exc}") from None
+        stack.push_async_callback(store.close)
         lifecycle = Lifecycle()
         app = create_app(
             settings, store, store.request_activation, activator_id, lifecycle=lifecycle
         )
-        await create_server(app, settings, lifecycle).serve()
-    finally:
-        await store.close()
+        public = create_server(app, settings, bind_socket(settings.host, settings.port))
+        await serving.serve(
+            public, lifecycle=lifecycle, propagation_s=settings.readiness_propagation_s
+        )

@@ -17,6 +17,9 @@ from pydantic import ValidationError
 if TYPE_CHECKING:
     from control_plane.settings import ControlPlaneSettings
 
+_START_FAILURE = 3
+"""The exit status when a server's startup fails (uvicorn's, which the servers kept)."""
+
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser(
@@ -99,12 +102,19 @@ def _serve(args: argparse.Namespace) -> int:
         )
         return 2
     from data_plane.storage import StorageError
+    from foundation.serving import ServerStartError
 
     try:
         run(settings)
     except StorageError as exc:
         print(f"zeroserve serve: {exc.message}", file=sys.stderr)
         return 2
+    except ServerStartError as exc:
+        print(f"zeroserve serve: {exc.message}", file=sys.stderr)
+        return _START_FAILURE
+    except OSError as exc:  # the port is in use, or the address is not this machine's
+        print(f"zeroserve serve: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -171,6 +181,7 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _up(args: argparse.Namespace) -> int:
     from activator.settings import ActivatorSettings
+    from foundation.serving import ServerStartError
     from zeroserve.platform import ensure_admin_token, serve
 
     try:
@@ -197,6 +208,9 @@ def _up(args: argparse.Namespace) -> int:
         )
     try:
         return serve(settings, activator_settings, demo=args.demo)
+    except ServerStartError as exc:
+        print(f"zeroserve up: {exc.message}", file=sys.stderr)
+        return _START_FAILURE
     except OSError as exc:
         print(f"zeroserve up: {exc}", file=sys.stderr)
         return 1
@@ -213,6 +227,7 @@ def _control_plane_parser(sub: argparse._SubParsersAction[argparse.ArgumentParse
 
 def _control_plane(args: argparse.Namespace) -> int:
     from foundation.errors import ZeroserveError
+    from foundation.serving import ServerStartError
     from zeroserve.platform import serve
 
     try:
@@ -230,6 +245,9 @@ def _control_plane(args: argparse.Namespace) -> int:
         return 2
     try:
         return serve(settings, None, knative=knative)
+    except ServerStartError as exc:
+        print(f"zeroserve control-plane: {exc.message}", file=sys.stderr)
+        return _START_FAILURE
     except OSError as exc:
         print(f"zeroserve control-plane: {exc}", file=sys.stderr)
         return 1
@@ -255,6 +273,7 @@ def _activator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def _activator(args: argparse.Namespace) -> int:
     from activator.settings import ActivatorSettings
+    from foundation.serving import ServerStartError
     from zeroserve.activator_server import serve
 
     overrides = {
@@ -268,7 +287,14 @@ def _activator(args: argparse.Namespace) -> int:
         print(f"zeroserve activator: invalid settings:\n{exc}", file=sys.stderr)
         return 2
     activator_id = args.activator_id or f"{socket.gethostname()}-{os.getpid()}"
-    return serve(settings, activator_id)
+    try:
+        return serve(settings, activator_id)
+    except ServerStartError as exc:
+        print(f"zeroserve activator: {exc.message}", file=sys.stderr)
+        return _START_FAILURE
+    except OSError as exc:
+        print(f"zeroserve activator: {exc}", file=sys.stderr)
+        return 1
 
 
 def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

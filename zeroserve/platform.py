@@ -2,14 +2,16 @@
 
 The composition root of the embedded platform (and, without the activator, of a standalone
 control plane). It builds the store, backend, placer, orchestrator, reaper, autoscaler loop,
-lease and the two HTTP apps, runs the admin and public servers on one event loop, and stops
-everything in an order that loses no request:
+lease and the two HTTP apps, and runs the admin and public servers on one event loop
+(`foundation.serving`). Each part goes on an ``AsyncExitStack`` as it starts, so the stop is
+the start in reverse, and a failure half-way stops exactly what had started. The order loses
+no request:
 
 1. stop the public server: it refuses new connections, lets in-flight requests finish
    (bounded) and its lifespan answers buffered requests with 503;
-2. stop the control loops and activations;
+2. stop the control loops and activations, then the admin server;
 3. stop the workers (SIGTERM, then SIGKILL after ``worker_stop_timeout_s``);
-4. release the lease, stop the admin server, close the store.
+4. release the lease, close the store.
 
 Workers die with the platform however it ends: the stop above, a second Ctrl-C (workers are
 killed at once), or a SIGKILL of this process (``PR_SET_PDEATHSIG``, see ``backends.local``).
@@ -22,17 +24,14 @@ import contextlib
 import logging
 import os
 import secrets
-import signal
 import socket
 import sys
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-import uvicorn
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
-from starlette.types import ASGIApp
 
 from activator.settings import ActivatorSettings
 from control_plane.activation import Orchestrator
@@ -52,26 +51,22 @@ from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.factory import open_state_store
 from control_plane.worker_client import WorkerClient
+from foundation import serving
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
-from foundation.http import ServerLimits, http_config
+from foundation.serving import HttpListener, Lifecycle, StopSignals, bind_socket
 
 if TYPE_CHECKING:
     from control_plane.backends.knative.settings import KnativeSettings
 
-__all__ = ["Platform", "bind_socket", "default_repository", "ensure_admin_token", "serve"]
+__all__ = ["Platform", "default_repository", "ensure_admin_token", "serve"]
 
 logger = logging.getLogger(__name__)
 
 _SERVER_START_TIMEOUT_S = 60.0
-_ADMIN_STOP_TIMEOUT_S = 10.0
-
-
-class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signals to the platform (two servers share one loop)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None, None, None]:
-        yield
+_SERVER_STOP_MARGIN_S = 10.0
+"""How long past its drain deadline a server may take to stop (its lifespan's shutdown)
+before it is cancelled."""
+_ADMIN_DRAIN_TIMEOUT_S = 5.0
 
 
 class _WorkerLostRelay:
@@ -109,20 +104,6 @@ def ensure_admin_token(settings: ControlPlaneSettings) -> tuple[ControlPlaneSett
     return settings.model_copy(update={"admin_token": token}), True
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on ``host:port`` (0 picks a port), not inheritable."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(False)
-    return sock
-
-
 class Platform:
     """One control-plane replica, optionally with an activator, on the running loop.
 
@@ -156,6 +137,8 @@ class Platform:
         self._out = out
         self._knative = knative
         self._backend: PodBackend | None = None
+        self.lifecycle = Lifecycle()
+        """The public server's: readiness fails once the platform is stopping."""
 
     def kill_workers_now(self) -> None:
         """SIGKILL every local worker at once (a second Ctrl-C); pods are the cluster's."""
@@ -163,147 +146,169 @@ class Platform:
             self._backend.kill_now()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Start everything, serve until ``stop`` is set, then stop everything."""
+        """Start everything, serve until ``stop`` is set, then stop what started, in reverse
+        (a failure half-way stops exactly what had started)."""
         settings = self.settings
         assert settings.admin_token is not None
-        admin_sock = bind_socket(settings.admin_host, settings.admin_port)
-        public_sock = None
-        if self._activator_settings is not None:
-            public_sock = bind_socket(self._activator_settings.host, self._activator_settings.port)
-        store = open_state_store(settings.state_url)
-        registry = CollectorRegistry()
-        metrics = ControlPlaneMetrics(registry)
-        relay = _WorkerLostRelay()
-        repository = settings.worker_repository or default_repository(settings.cache_dir)
-        extra_env = {}
-        if settings.allowed_storage:
-            extra_env["ZEROSERVE_ALLOWED_STORAGE"] = ",".join(settings.allowed_storage)
-        backend = self._backend = self._create_backend(relay, repository, extra_env)
-        workers = WorkerClient(
-            load_timeout_s=settings.load_timeout_s,
-            unload_timeout_s=settings.unload_timeout_s,
-            allow_model_code=settings.allow_model_code,
-        )
-        holder = f"control-plane-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
-        lease = Lease(
-            store,
-            holder,
-            ttl_s=settings.lease_ttl_s,
-            renew_s=settings.lease_renew_s,
-            metrics=metrics,
-        )
-        pool = PoolSpec(
-            name=settings.pool,
-            device=settings.worker_device,
-            memory_bytes=settings.worker_memory_bytes,
-            max_workers=settings.max_workers,
-        )
-        placer = Placer(store, backend, pool, workers, settings)
-        publisher = None
-        if settings.cloudwatch_enabled:
-            publisher = CloudWatchPublisher(
-                PutMetricDataSink(),
-                flush_interval_s=settings.cloudwatch_flush_interval_s,
-                max_values=settings.cloudwatch_max_values,
+        async with contextlib.AsyncExitStack() as stack:
+            # Bound first: a port in use fails before anything starts.
+            admin_sock = stack.enter_context(bind_socket(settings.admin_host, settings.admin_port))
+            public_sock = None
+            if self._activator_settings is not None:
+                public_sock = stack.enter_context(
+                    bind_socket(self._activator_settings.host, self._activator_settings.port)
+                )
+            store = open_state_store(settings.state_url)
+            stack.push_async_callback(store.close)
+            registry = CollectorRegistry()
+            metrics = ControlPlaneMetrics(registry)
+            workers = WorkerClient(
+                load_timeout_s=settings.load_timeout_s,
+                unload_timeout_s=settings.unload_timeout_s,
+                allow_model_code=settings.allow_model_code,
             )
-        orchestrator = Orchestrator(
-            store, placer, settings, metrics, lease, probe=workers.is_live, observer=publisher
-        )
-
-        async def worker_lost(worker_id: str) -> None:
-            metrics.worker_stops.labels("lost").inc()
-            await placer.forget_worker(worker_id)
-
-        relay.target = worker_lost
-        reaper = Reaper(store, placer, backend, orchestrator, workers, settings, metrics, lease)
-        autoscaler = AutoscalerLoop(
-            store,
-            orchestrator,
-            placer,
-            AutoscalerSettings(
-                stable_window_s=settings.stable_window_s,
-                panic_window_s=settings.panic_window_s,
-                panic_threshold=settings.panic_threshold,
-                scale_down_delay_s=settings.scale_down_delay_s,
-            ),
-            metrics,
-            lease,
-            tick_s=settings.autoscaler_tick_s,
-            retry_s=settings.store_retry_s,
-        )
-        service = AdminService(store, orchestrator, placer, backend, lease)
-        admin_app = create_admin_app(
-            service,
-            token=settings.admin_token.get_secret_value(),
-            registry=registry,
-            acting=lease,
-            allowed_storage=settings.allowed_storage,
-            allow_model_code=settings.allow_model_code,
-        )
-        loops: list[asyncio.Task[None]] = []
-        admin_server = public_server = None
-        admin_task = public_task = None
-        try:
+            stack.push_async_callback(workers.close)
+            holder = f"control-plane-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+            lease = Lease(
+                store,
+                holder,
+                ttl_s=settings.lease_ttl_s,
+                renew_s=settings.lease_renew_s,
+                metrics=metrics,
+            )
+            # Released only once the workers have stopped (the backend closes before it), so
+            # that no other replica acts while this one still stops them. Releasing a lease
+            # not held does nothing.
+            stack.push_async_callback(lease.release)
+            relay = _WorkerLostRelay()
+            repository = settings.worker_repository or default_repository(settings.cache_dir)
+            extra_env = {}
+            if settings.allowed_storage:
+                extra_env["ZEROSERVE_ALLOWED_STORAGE"] = ",".join(settings.allowed_storage)
+            backend = self._backend = self._create_backend(relay, repository, extra_env)
+            stack.push_async_callback(backend.close)
+            pool = PoolSpec(
+                name=settings.pool,
+                device=settings.worker_device,
+                memory_bytes=settings.worker_memory_bytes,
+                max_workers=settings.max_workers,
+            )
             await backend.ensure_pool(pool)
+            placer = Placer(store, backend, pool, workers, settings)
+            stack.push_async_callback(placer.close)
             await lease.renew()
-            loops.append(asyncio.create_task(lease.run(), name="lease"))
-            admin_server = _server(admin_app, settings.admin_host, settings, timeout_s=5)
-            admin_task = await _start(admin_server, admin_sock, "admin API")
-            if self._activator_settings is not None and public_sock is not None:
-                from activator.app import create_app as create_activator_app
-                from activator.state import Lifecycle
+            stack.push_async_callback(_cancel, [asyncio.create_task(lease.run(), name="lease")])
 
-                lifecycle = Lifecycle()
-                activator_app = create_activator_app(
-                    self._activator_settings,
-                    store,
-                    _EmbeddedActivate(orchestrator, lease, store),
-                    f"activator-{socket.gethostname()}-{os.getpid()}",
-                    lifecycle=lifecycle,
+            publisher = None
+            if settings.cloudwatch_enabled:
+                publisher = CloudWatchPublisher(
+                    PutMetricDataSink(),
+                    flush_interval_s=settings.cloudwatch_flush_interval_s,
+                    max_values=settings.cloudwatch_max_values,
                 )
-                public_server = _server(
-                    activator_app,
-                    self._activator_settings.host,
-                    self._activator_settings,
-                    timeout_s=self._activator_settings.exit_timeout_s,
-                )
-                public_task = await _start(public_server, public_sock, "activator")
-            for name, loop in (
-                ("activation-requests", orchestrator.run()),
-                ("reaper", reaper.run()),
-                ("autoscaler", autoscaler.run()),
-            ):
-                loops.append(asyncio.create_task(loop, name=name))
+            orchestrator = Orchestrator(
+                store, placer, settings, metrics, lease, probe=workers.is_live, observer=publisher
+            )
+
+            async def worker_lost(worker_id: str) -> None:
+                metrics.worker_stops.labels("lost").inc()
+                await placer.forget_worker(worker_id)
+
+            relay.target = worker_lost
+            reaper = Reaper(store, placer, backend, orchestrator, workers, settings, metrics, lease)
+            service = AdminService(store, orchestrator, placer, backend, lease)
+            admin = HttpListener(
+                create_admin_app(
+                    service,
+                    token=settings.admin_token.get_secret_value(),
+                    registry=registry,
+                    acting=lease,
+                    allowed_storage=settings.allowed_storage,
+                    allow_model_code=settings.allow_model_code,
+                ),
+                settings,
+                admin_sock,
+                name="admin API",
+                drain_timeout_s=_ADMIN_DRAIN_TIMEOUT_S,
+                start_timeout_s=_SERVER_START_TIMEOUT_S,
+                stop_timeout_s=_ADMIN_DRAIN_TIMEOUT_S + _SERVER_STOP_MARGIN_S,
+            )
+            await stack.enter_async_context(admin)
+
+            # The control loops: stopped after the public server (its buffered requests may
+            # still need activations), the orchestrator before the publisher (its last
+            # activations count).
+            stack.push_async_callback(reaper.close)
+            if publisher is not None:
+                stack.push_async_callback(publisher.close)
+            stack.push_async_callback(orchestrator.close)
+            autoscaler = AutoscalerLoop(
+                store,
+                orchestrator,
+                placer,
+                AutoscalerSettings(
+                    stable_window_s=settings.stable_window_s,
+                    panic_window_s=settings.panic_window_s,
+                    panic_threshold=settings.panic_threshold,
+                    scale_down_delay_s=settings.scale_down_delay_s,
+                ),
+                metrics,
+                lease,
+                tick_s=settings.autoscaler_tick_s,
+                retry_s=settings.store_retry_s,
+            )
+            loops = [
+                asyncio.create_task(orchestrator.run(), name="activation-requests"),
+                asyncio.create_task(reaper.run(), name="reaper"),
+                asyncio.create_task(autoscaler.run(), name="autoscaler"),
+            ]
             if publisher is not None:
                 loops.append(asyncio.create_task(publisher.run(), name="cloudwatch"))
+            stack.push_async_callback(_cancel, loops)
+
+            public = None
+            if self._activator_settings is not None and public_sock is not None:
+                # Started last, stopped first: it stops accepting, lets in-flight requests
+                # finish (bounded) and its lifespan answers buffered requests with 503.
+                public = await stack.enter_async_context(
+                    self._public_server(
+                        self._activator_settings,
+                        public_sock,
+                        _EmbeddedActivate(orchestrator, lease, store),
+                        store,
+                    )
+                )
             if self._demo:
                 await self._register_demo(service)
-            self._banner(admin_sock, public_sock)
+            self._banner(admin.url, public.url if public is not None else None)
             await stop.wait()
             logger.info("stopping")
-        finally:
-            if public_server is not None and public_task is not None:
-                await _stop(
-                    public_server, public_task, public_server.config.timeout_graceful_shutdown or 1
-                )
-            for task in loops:
-                task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
-            await orchestrator.close()
-            if publisher is not None:
-                await publisher.close()  # after the orchestrator: its last activations count
-            await reaper.close()
-            await placer.close()
-            await backend.close()
-            await lease.release()
-            if admin_server is not None and admin_task is not None:
-                await _stop(admin_server, admin_task, _ADMIN_STOP_TIMEOUT_S)
-            await workers.close()
-            await store.close()
-            admin_sock.close()
-            if public_sock is not None:
-                public_sock.close()
-            logger.info("stopped")
+        logger.info("stopped")
+
+    def _public_server(
+        self,
+        settings: ActivatorSettings,
+        sock: socket.socket,
+        activate: _EmbeddedActivate,
+        store: StateStore,
+    ) -> HttpListener:
+        from activator.app import create_app as create_activator_app
+        from activator.server import create_server
+
+        app = create_activator_app(
+            settings,
+            store,
+            activate,
+            f"activator-{socket.gethostname()}-{os.getpid()}",
+            lifecycle=self.lifecycle,
+        )
+        return create_server(
+            app,
+            settings,
+            sock,
+            start_timeout_s=_SERVER_START_TIMEOUT_S,
+            stop_timeout_s=settings.exit_timeout_s + _SERVER_STOP_MARGIN_S,
+        )
 
     def _create_backend(
         self, relay: _WorkerLostRelay, repository: Path, extra_env: dict[str, str]
@@ -330,11 +335,9 @@ class Platform:
         with contextlib.suppress(ModelExistsError):
             await service.register(body)
 
-    def _banner(self, admin_sock: socket.socket, public_sock: socket.socket | None) -> None:
-        admin = _url(admin_sock)
+    def _banner(self, admin: str, public: str | None) -> None:
         lines = [f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})"]
-        if public_sock is not None:
-            public = _url(public_sock)
+        if public is not None:
             lines.insert(0, f"zeroserve: serving models at {public}/v2/models/<name>/infer")
             if self._demo:
                 from data_plane.demo import DEMO_MODEL
@@ -348,59 +351,10 @@ class Platform:
         print("\n".join(lines), file=self._out, flush=True)
 
 
-def _url(sock: socket.socket) -> str:
-    host, port = sock.getsockname()[:2]
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
-
-
-def _server(app: ASGIApp, host: str, limits: ServerLimits, *, timeout_s: float) -> _Server:
-    config = http_config(
-        app,
-        limits,
-        host=host,
-        lifespan="on",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=max(int(timeout_s), 1),
-        backlog=2048,
-    )
-    return _Server(config)
-
-
-async def _start(server: _Server, sock: socket.socket, name: str) -> asyncio.Task[None]:
-    task = asyncio.create_task(server.serve(sockets=[sock]), name=f"server-{name}")
-    try:
-        async with asyncio.timeout(_SERVER_START_TIMEOUT_S):
-            while not server.started:
-                if task.done():
-                    break
-                await asyncio.sleep(0.02)
-    except TimeoutError:
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
         task.cancel()
-        raise RuntimeError(
-            f"the {name} server did not start within {_SERVER_START_TIMEOUT_S} s"
-        ) from None
-    if not server.started:
-        with contextlib.suppress(BaseException):
-            await task
-        raise RuntimeError(f"the {name} server did not start (its startup failed; see the log)")
-    return task
-
-
-async def _stop(server: _Server, task: asyncio.Task[None], timeout_s: float) -> None:
-    server.should_exit = True
-    try:
-        async with asyncio.timeout(timeout_s + 10):
-            await asyncio.shield(task)
-    except TimeoutError:
-        server.force_exit = True
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    except BaseException:
-        # A server that failed while running must not keep the rest from stopping.
-        logger.exception("server stopped with an error")
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def serve(
@@ -417,32 +371,23 @@ def serve(
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
+    def kill_now(sig: int) -> None:
+        print("zeroserve: second signal, killing workers", file=sys.stderr, flush=True)
+        platform.kill_workers_now()
+        os._exit(130)
+
     async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        signals = 0
+        # Readiness is the public server's: it fails at the first signal, and the activator's
+        # propagation pause (0 by default, and without an activator) runs before the stop.
+        propagation_s = 0.0
+        if activator_settings is not None:
+            propagation_s = activator_settings.readiness_propagation_s
+        with StopSignals(
+            platform.lifecycle, propagation_s=propagation_s, on_repeat=kill_now
+        ) as signals:
+            await platform.run(signals.stop)
 
-        def on_signal() -> None:
-            nonlocal signals
-            signals += 1
-            if signals == 1:
-                stop.set()
-                return
-            print("zeroserve: second signal, killing workers", file=sys.stderr, flush=True)
-            platform.kill_workers_now()
-            os._exit(130)
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
-        await platform.run(stop)
-
-    runner_kwargs: dict[str, Any] = {}
-    with contextlib.suppress(ImportError):
-        import uvloop
-
-        runner_kwargs["loop_factory"] = uvloop.new_event_loop
-    with asyncio.Runner(**runner_kwargs) as runner:
-        runner.run(main())
+    serving.run(main())
     return 0
 
 

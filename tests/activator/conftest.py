@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from activator.server import create_server
 from activator.settings import ActivatorSettings
-from activator.state import Lifecycle
+from foundation.serving import bind_socket
 
 START_TIMEOUT_S = 30.0
 
@@ -38,9 +38,9 @@ async def asgi_client(
 @contextlib.asynccontextmanager
 async def serve_app(app: Starlette, settings: ActivatorSettings) -> AsyncIterator[str]:
     """Serve the activator ``app`` with the production server settings on a free port."""
-    server = create_server(app, settings.model_copy(update={"port": 0}), Lifecycle())
-    async with _serving(server) as url:
-        yield url
+    sock = bind_socket("127.0.0.1", 0)
+    async with create_server(app, settings, sock, start_timeout_s=START_TIMEOUT_S) as server:
+        yield server.url
 
 
 @contextlib.asynccontextmanager

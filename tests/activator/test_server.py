@@ -1,41 +1,35 @@
-"""Shutdown order and the command line, without serving."""
+"""The activator's server and its command line. How a signal stops it (readiness first) is
+the one bootstrap's, tested in ``tests/foundation/test_serving.py``."""
 
 from __future__ import annotations
 
-import signal
-
+import httpx
 import pytest
-from starlette.types import Receive, Scope, Send
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 
 from activator.__main__ import main
 from activator.server import create_server
 from activator.settings import ActivatorSettings
-from activator.state import Lifecycle
-
-
-async def _app_placeholder(scope: Scope, receive: Receive, send: Send) -> None:
-    raise AssertionError("not served in these tests")
+from foundation.serving import bind_socket
 
 
 @pytest.mark.anyio
-async def test_a_signal_fails_readiness_before_connections_stop() -> None:
-    lifecycle = Lifecycle()
-    settings = ActivatorSettings(readiness_propagation_s=3600)
-    server = create_server(_app_placeholder, settings, lifecycle)
-    server.handle_exit(signal.SIGTERM, None)
-    assert lifecycle.is_stopping
-    assert not server.should_exit
-    # A second signal does not wait for propagation.
-    server.handle_exit(signal.SIGTERM, None)
-    assert server.should_exit
+async def test_the_server_adds_no_date_or_server_header_of_its_own() -> None:
+    """Proxied answers carry the workers' Date and Server headers; uvicorn's would repeat them."""
 
+    async def hello(request: object) -> PlainTextResponse:
+        return PlainTextResponse("hello", headers={"server": "worker"})
 
-def test_without_propagation_a_signal_stops_at_once() -> None:
-    lifecycle = Lifecycle()
-    server = create_server(_app_placeholder, ActivatorSettings(), lifecycle)
-    server.handle_exit(signal.SIGINT, None)
-    assert lifecycle.is_stopping
-    assert server.should_exit
+    app = Starlette(routes=[Route("/", hello)])
+    sock = bind_socket("127.0.0.1", 0)
+    async with create_server(app, ActivatorSettings(), sock, start_timeout_s=30) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            response = await client.get("/")
+    assert response.text == "hello"
+    assert response.headers.get_list("server") == ["worker"]
+    assert "date" not in response.headers
 
 
 def test_invalid_settings_exit_with_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
