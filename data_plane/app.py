@@ -26,8 +26,7 @@ from data_plane.state import Lifecycle, is_explicit
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
 from foundation.http import handle_http_exception, handle_unexpected
 from runtimes.base import RuntimeOptions
-from runtimes.llm.base import LLMRuntime
-from runtimes.llm.engine_process import SpareEngines
+from runtimes.registry import RuntimeFactory
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +62,9 @@ def build_repository(
     def on_load(model: LoadedVersion) -> None:
         metrics_.model_loads.labels(model.name, "success").inc()
         metrics_.model_load_seconds.labels(model.name).observe(model.load_duration_s)
-        if isinstance(model.runtime, LLMRuntime):
-            model.runtime.observer = metrics_.llm.observer(model.name)
+        generation_metrics = model.capabilities.generation_metrics
+        if generation_metrics is not None:
+            generation_metrics.observer = metrics_.llm.observer(model.name)
 
     def on_unload(model: LoadedVersion) -> None:
         metrics_.model_unloads.labels(model.name).inc()
@@ -73,18 +73,19 @@ def build_repository(
         RepositorySettings(
             root=parse_storage_uri(root, allowed=allowed),
             allowed_storage=allowed,
-            runtime_options=RuntimeOptions(
-                cache_dir=settings.cache_dir,
-                intra_op_threads=settings.intra_op_threads,
-                inter_op_threads=settings.inter_op_threads,
-                drain_timeout_s=settings.exit_timeout_s,
-                spare_engines=SpareEngines(),
-            ),
             gpu_count=gpu_count,
             batcher_queue_bound=settings.batcher_queue_bound,
             drain_timeout_s=settings.exit_timeout_s,
         ),
         cache,
+        RuntimeFactory.for_server(
+            RuntimeOptions(
+                cache_dir=settings.cache_dir,
+                intra_op_threads=settings.intra_op_threads,
+                inter_op_threads=settings.inter_op_threads,
+                drain_timeout_s=settings.exit_timeout_s,
+            )
+        ),
         on_load=on_load,
         on_unload=on_unload,
         on_sleep=metrics_.llm.transition,
@@ -120,7 +121,7 @@ async def watch_engines(
         dead = [
             m.name
             for m in repo.all_serving()
-            if isinstance(m.runtime, LLMRuntime) and m.runtime.is_dead
+            if m.capabilities.health is not None and m.capabilities.health.is_dead
         ]
         if dead:
             logger.error("the engine of %s died; stopping the server to be replaced", dead)

@@ -9,7 +9,7 @@ import orjson
 
 from data_plane.errors import InvalidArgumentError
 from data_plane.repository import LoadedVersion, ModelRepository
-from runtimes.llm.base import LLMRuntime
+from runtimes.capabilities import TextGenerator
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 """Event streams must reach the client as they are written, not when a proxy's buffer fills."""
@@ -25,16 +25,16 @@ class NotALanguageModelError(InvalidArgumentError):
 
 def language_model(
     repository: ModelRepository, name: str, version: int | None = None
-) -> tuple[LoadedVersion, LLMRuntime]:
-    """The serving version of ``name`` and its LLM engine.
+) -> tuple[LoadedVersion, TextGenerator]:
+    """The serving version of ``name`` and what generates its text.
 
     Raises what :meth:`ModelRepository.get` raises, and NotALanguageModelError.
     """
     model = repository.get(name, version)
-    runtime = model.runtime
-    if not isinstance(runtime, LLMRuntime):
-        raise NotALanguageModelError(model=name, kind=runtime.kind)
-    return model, runtime
+    generator = model.capabilities.generation
+    if generator is None:
+        raise NotALanguageModelError(model=name, kind=model.runtime.kind)
+    return model, generator
 
 
 def sse_event(doc: Any) -> bytes:

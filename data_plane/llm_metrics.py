@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from runtimes.llm.base import GenerationObserver, GenerationRecord, LLMRuntime
+from runtimes.capabilities import GenerationMetrics, GenerationObserver, GenerationRecord
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                     2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
@@ -104,11 +104,11 @@ class LLMMetrics:
         """One sleep or wake of ``model`` took ``seconds``."""
         self.sleep_transitions.labels(model, "wake" if is_wake else "sleep").observe(seconds)
 
-    def refresh(self, engines: Iterable[tuple[str, LLMRuntime]]) -> None:
+    def refresh(self, engines: Iterable[tuple[str, GenerationMetrics]]) -> None:
         """Set the queue gauges from the engines serving now (called at scrape time)."""
         self.running.clear()
         self.waiting.clear()
-        for model, runtime in engines:
-            load = runtime.load_counts()
+        for model, engine in engines:
+            load = engine.load_counts()
             self.running.labels(model).inc(load.running)
             self.waiting.labels(model).inc(load.waiting)

@@ -16,7 +16,6 @@ from data_plane.gpu_metrics import GpuMetrics
 from data_plane.llm_metrics import LLMMetrics
 from data_plane.repository import LoadedVersion
 from data_plane.stats import FAILURE_REASONS
-from runtimes.llm.base import LLMRuntime
 
 _COUNTERS: tuple[tuple[str, str], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
@@ -85,7 +84,11 @@ class Metrics:
     def render(self, models: Iterable[LoadedVersion]) -> bytes:
         """Prometheus text exposition (format 0.0.4) of every metric."""
         serving = list(models)
-        self.llm.refresh((m.name, m.runtime) for m in serving if isinstance(m.runtime, LLMRuntime))
+        self.llm.refresh(
+            (m.name, m.capabilities.generation_metrics)
+            for m in serving
+            if m.capabilities.generation_metrics is not None
+        )
         lines = [*_triton_lines(serving), *self.gpus.lines()]
         return "\n".join(lines).encode() + b"\n" + generate_latest(self.registry)
 

@@ -44,8 +44,9 @@ from data_plane.storage import (
 from foundation import model_config
 from foundation.datatypes import protocol_from_config
 from foundation.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from runtimes.base import ModelRuntime, RuntimeOptions
-from runtimes.registry import runtime_class_for
+from runtimes.base import ModelRuntime
+from runtimes.capabilities import Capabilities, Sleeper
+from runtimes.registry import RuntimeFactory, runtime_class_for
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,6 @@ class RepositorySettings:
     """The model repository: a local folder or an s3:// prefix."""
     allowed_storage: tuple[str, ...]
     """Roots a load's ``storage_uri`` may name (``ZEROSERVE_ALLOWED_STORAGE``)."""
-    runtime_options: RuntimeOptions
     gpu_count: int
     batcher_queue_bound: int
     drain_timeout_s: float
@@ -125,6 +125,8 @@ class LoadedVersion:
     version: int
     config: ModelConfig
     runtime: ModelRuntime
+    capabilities: Capabilities
+    """What the runtime offers beyond infer (text generation, sleep, ...), asked once at load."""
     batcher: Batcher
     stats: ModelStats
     inputs: dict[str, TensorSpec]
@@ -168,6 +170,7 @@ class _Entry:
 class ModelRepository:
     """Names -> versions -> loaded runtimes, for one server process.
 
+    ``runtimes`` builds each version's runtime (the repository closes it at :meth:`close`).
     ``on_load`` and ``on_unload`` let the metrics layer add and drop a version's series;
     ``on_sleep(model, seconds, is_wake)`` reports each sleep and wake.
     """
@@ -176,6 +179,7 @@ class ModelRepository:
         self,
         settings: RepositorySettings,
         cache: NodeCache,
+        runtimes: RuntimeFactory,
         *,
         on_load: Callable[[LoadedVersion], None] | None = None,
         on_unload: Callable[[LoadedVersion], None] | None = None,
@@ -183,6 +187,7 @@ class ModelRepository:
     ) -> None:
         self._settings = settings
         self._cache = cache
+        self._runtimes = runtimes
         self._entries: dict[str, _Entry] = {}
         self._required: set[str] = set()
         """The start-up models readiness waits on (until each is unloaded on purpose)."""
@@ -378,8 +383,8 @@ class ModelRepository:
         await asyncio.shield(task)
 
     async def close(self) -> None:
-        """Let loads in progress settle (bounded), then unload everything and stop the spare
-        engine process (server shutdown)."""
+        """Let loads in progress settle (bounded), then unload everything and close the
+        runtime factory, which stops what it keeps (server shutdown)."""
         running = [e.task for e in self._entries.values() if e.task and not e.task.done()]
         if running:
             await asyncio.wait(running, timeout=self._settings.drain_timeout_s)
@@ -391,9 +396,7 @@ class ModelRepository:
             ),
             return_exceptions=True,
         )
-        spares = self._settings.runtime_options.spare_engines
-        if spares is not None:
-            await asyncio.to_thread(spares.close)
+        await asyncio.to_thread(self._runtimes.close)
 
     async def _load(
         self,
@@ -563,9 +566,7 @@ class ModelRepository:
         config = plan.config
         version_config = ModelConfig()
         version_config.CopyFrom(config)
-        runtime = plan.runtime_class(
-            name=name, version=version, options=self._settings.runtime_options
-        )
+        runtime = self._runtimes.create(plan.runtime_class.kind, name=name, version=version)
         group = config.instance_group[0]
         device = f"cuda:{group.gpus[0]}" if group.kind == ModelInstanceGroup.KIND_GPU else "cpu"
         await runtime.load(plan.model_dir / str(version), version_config, device)
@@ -587,6 +588,7 @@ class ModelRepository:
             version=version,
             config=version_config,
             runtime=runtime,
+            capabilities=runtime.resolve_capabilities(),
             batcher=batcher,
             stats=stats,
             inputs={
@@ -609,11 +611,7 @@ class ModelRepository:
 
     async def _sleep(self, entry: _Entry) -> None:
         serving = entry.serving
-        for loaded in serving.values():
-            if not loaded.runtime.capabilities.can_sleep:
-                raise UnsupportedError(
-                    f"model '{entry.name}' ({loaded.runtime.kind}) cannot sleep; unload it instead"
-                )
+        sleepers = [_sleeper(loaded) for loaded in serving.values()]
         if not serving:
             return
         started = time.monotonic()
@@ -621,9 +619,9 @@ class ModelRepository:
         entry.serving = {}
         entry.sleeping = {**entry.sleeping, **serving}
         try:
-            for loaded in serving.values():
+            for loaded, sleeper in zip(serving.values(), sleepers, strict=True):
                 entry.states[loaded.version] = (VersionState.SLEEPING, "")
-                await loaded.runtime.sleep()
+                await sleeper.sleep()
         except BaseException:
             # An engine that failed to sleep cannot be trusted to serve: unload the model.
             logger.exception("sleep of %s failed; unloading it", entry.name)
@@ -640,7 +638,7 @@ class ModelRepository:
         started = time.monotonic()
         try:
             for loaded in sleeping.values():
-                await loaded.runtime.wake()
+                await _sleeper(loaded).wake()
         except BaseException:
             logger.exception("wake of %s failed; unloading it", entry.name)
             await self._unload(entry)
@@ -674,6 +672,15 @@ class ModelRepository:
             await loaded.batcher.close(timeout_s=self._settings.drain_timeout_s)
         finally:
             await loaded.runtime.unload()
+
+
+def _sleeper(loaded: LoadedVersion) -> Sleeper:
+    sleeper = loaded.capabilities.sleep
+    if sleeper is None:
+        raise UnsupportedError(
+            f"model '{loaded.name}' ({loaded.runtime.kind}) cannot sleep; unload it instead"
+        )
+    return sleeper
 
 
 def _read_labels(model_dir: Path, label_filename: str) -> tuple[str, ...]:

@@ -6,18 +6,17 @@ import abc
 import asyncio
 import enum
 import logging
-import subprocess
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar
 
 import numpy as np
 
 from foundation import model_config
 from foundation.proto.model_config_pb2 import ModelConfig
+from runtimes.capabilities import Capabilities
 from runtimes.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -43,23 +42,6 @@ class RuntimeCapabilities:
     """Offers a sleeping state (weights off the device, caches freed) between loaded and not."""
 
 
-class SpareEngineProcesses(Protocol):
-    """Engine processes started ahead of a load (``runtimes.llm.engine_process.SpareEngines``).
-
-    Declared here, beside the options that carry one, so that this generic interface does
-    not import the LLM runtimes that use it.
-    """
-
-    def take(self) -> tuple[subprocess.Popen[Any], Connection] | None:
-        """A started process and its connection, if one is still running."""
-
-    def refill(self) -> None:
-        """Start a process for the next load unless there is one (returns at once)."""
-
-    def close(self) -> None:
-        """Stop the spare process (blocking, bounded); later refills start none."""
-
-
 @dataclass(frozen=True)
 class RuntimeOptions:
     """Node-level knobs a runtime takes from the server's settings, not from the model."""
@@ -72,9 +54,6 @@ class RuntimeOptions:
     """Threads an engine may use across operators; 0 lets the engine choose."""
     drain_timeout_s: float = 30.0
     """How long :meth:`ModelRuntime.sleep` lets requests in flight finish before aborting them."""
-    spare_engines: SpareEngineProcesses | None = None
-    """The server's spare LLM engine process (see :class:`SpareEngineProcesses`); None: none
-    kept."""
 
 
 class ModelRuntime(abc.ABC):
@@ -144,6 +123,12 @@ class ModelRuntime(abc.ABC):
     async def wake(self) -> None:
         """Undo :meth:`sleep`; only where ``capabilities.can_sleep``."""
         raise NotImplementedError(f"{self.kind} runtime cannot sleep")
+
+    def resolve_capabilities(self) -> Capabilities:
+        """What this runtime offers beyond load, infer and unload, each as a typed object
+        (None where absent). Asked once, after a successful :meth:`load`; the answer holds
+        for the runtime's life. The default offers sleep where ``capabilities.can_sleep``."""
+        return Capabilities(sleep=self if self.capabilities.can_sleep else None)
 
 
 class ExecutorRuntime(ModelRuntime):

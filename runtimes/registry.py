@@ -1,4 +1,5 @@
-"""Which :class:`~runtimes.base.ModelRuntime` serves a model: by backend, platform, then files.
+"""Which :class:`~runtimes.base.ModelRuntime` serves a model: by backend, platform, then files;
+and the factory that builds one with the options its kind takes.
 
 The order follows Triton: an explicit ``backend`` wins, then a ``platform`` name, then the
 files in the version folder (``default_model_filename`` first, then the default names).
@@ -15,17 +16,25 @@ from types import MappingProxyType
 from typing import Final
 
 from foundation.proto.model_config_pb2 import ModelConfig
-from runtimes.base import ModelRuntime
+from runtimes.base import ModelRuntime, RuntimeOptions
+from runtimes.llm.base import LLMRuntime
+from runtimes.llm.engine_process.client import SpareEngines
 from runtimes.llm.hf import TransformersRuntime
+from runtimes.llm.options import LLMOptions
 from runtimes.llm.vllm import VllmRuntime
 from runtimes.onnx import OnnxRuntime
 from runtimes.python_model import PythonRuntime
 from runtimes.torch import EXPORT_FILENAME, TORCHSCRIPT_FILENAME, TorchRuntime
 
+_LLM_BACKENDS: Final[Mapping[str, type[LLMRuntime]]] = MappingProxyType(
+    {runtime.kind: runtime for runtime in (TransformersRuntime, VllmRuntime)}
+)
+"""Config ``backend`` -> LLM runtime class (these take :class:`LLMOptions` too)."""
+
 _BACKENDS: Final[Mapping[str, type[ModelRuntime]]] = MappingProxyType(
     {
-        runtime.kind: runtime
-        for runtime in (OnnxRuntime, TorchRuntime, PythonRuntime, TransformersRuntime, VllmRuntime)
+        **{runtime.kind: runtime for runtime in (OnnxRuntime, TorchRuntime, PythonRuntime)},
+        **_LLM_BACKENDS,
     }
 )
 """Config ``backend`` -> runtime class. LLM engines are chosen by backend only (as Triton's
@@ -67,6 +76,41 @@ _ENGINE_MODULES: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
     }
 )
 """Backend -> the packages its engine needs (none: nothing beyond the server)."""
+
+
+class RuntimeFactory:
+    """Builds runtimes, each with the node-level options its kind takes: ``options`` for
+    every runtime, ``llm_options`` for the LLM runtimes alone.
+
+    Owns what the options hold (the spare engine process): :meth:`close` stops it.
+    """
+
+    def __init__(self, options: RuntimeOptions, llm_options: LLMOptions | None = None) -> None:
+        self.options = options
+        self.llm_options = llm_options or LLMOptions()
+
+    @classmethod
+    def for_server(cls, options: RuntimeOptions) -> RuntimeFactory:
+        """A factory for a serving node: LLM runtimes start their engine in a spare process
+        kept started ahead of each load (none is started before the first one)."""
+        return cls(options, LLMOptions(spare_engines=SpareEngines()))
+
+    def create(self, kind: str, *, name: str, version: int) -> ModelRuntime:
+        """A new runtime for version ``version`` of model ``name``, of backend ``kind`` (as
+        :func:`runtime_class_for` chose it); raises KeyError for a backend not known here."""
+        llm_runtime = _LLM_BACKENDS.get(kind)
+        if llm_runtime is not None:
+            return llm_runtime(
+                name=name, version=version, options=self.options, llm_options=self.llm_options
+            )
+        return _BACKENDS[kind](name=name, version=version, options=self.options)
+
+    def close(self) -> None:
+        """Stop the spare engine process, if any (blocking, bounded); later loads of LLM
+        runtimes start their engine without one."""
+        spares = self.llm_options.spare_engines
+        if spares is not None:
+            spares.close()
 
 
 def available_backends() -> list[str]:

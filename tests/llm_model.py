@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 import pytest
 
 if TYPE_CHECKING:
-    from runtimes.llm.engine_process import SpareEngines
+    from runtimes.llm.engine_process.client import SpareEngines
     from runtimes.llm.hf import TransformersRuntime
 
 SPECIAL: Final = ("<s>", "</s>", "<unk>")
@@ -103,6 +103,7 @@ async def load_runtime(
     from foundation import model_config
     from runtimes.base import RuntimeOptions
     from runtimes.llm.hf import TransformersRuntime
+    from runtimes.llm.options import LLMOptions
 
     config = model_config.read_config_file(model_dir)
     assert config is not None
@@ -112,7 +113,8 @@ async def load_runtime(
     runtime = TransformersRuntime(
         name=model_dir.name,
         version=1,
-        options=RuntimeOptions(drain_timeout_s=0.0, spare_engines=spares),
+        options=RuntimeOptions(drain_timeout_s=0.0),
+        llm_options=LLMOptions(spare_engines=spares),
     )
     await runtime.load(model_dir / "1", config, "cpu")
     return runtime

@@ -17,8 +17,8 @@ from data_plane.errors import ModelNotReadyError, ServerStoppingError
 from data_plane.llm import language_model
 from data_plane.repository import LoadedVersion, ModelRepository
 from data_plane.state import Lifecycle
-from runtimes.llm.base import LLMRuntime
-from runtimes.llm.sampling import Delta, SamplingParams
+from runtimes.capabilities import TextGenerator
+from runtimes.sampling import Delta, SamplingParams
 
 _ABORTED = "the generation was aborted (the model is going away)"
 
@@ -46,10 +46,10 @@ class GenerateResponse:
 
 @dataclass(frozen=True, slots=True)
 class LanguageModel:
-    """A serving model version and its LLM engine."""
+    """A serving model version and what generates its text."""
 
     version: LoadedVersion
-    runtime: LLMRuntime
+    runtime: TextGenerator
 
 
 class GenerateHandler:

@@ -16,7 +16,7 @@ import orjson
 
 from data_plane.errors import InvalidParameterError
 from runtimes.llm.base import DEFAULT_MAX_TOKENS
-from runtimes.llm.sampling import SamplingParams, sampling_from_mapping
+from runtimes.sampling import SamplingParams, sampling_from_mapping
 
 _SAMPLING: Final = frozenset({"max_tokens", "temperature", "top_p", "stop", "seed"})
 _COMMON: Final = _SAMPLING | {

@@ -22,8 +22,8 @@ from data_plane.http_errors import status_for
 from data_plane.llm import language_model, sse_event
 from data_plane.openai.protocol import ChatRequest, CompletionRequest, error_body
 from data_plane.repository import ModelRepository
-from runtimes.llm.base import LLMRuntime
-from runtimes.llm.sampling import Delta, FinishReason, SamplingParams
+from runtimes.capabilities import TextGenerator
+from runtimes.sampling import Delta, FinishReason, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class _Call:
     id: str
     created: int
     model: str
-    runtime: LLMRuntime
+    runtime: TextGenerator
     prompt_ids: list[int]
     sampling: SamplingParams
     include_usage: bool
@@ -105,10 +105,10 @@ def models(repository: ModelRepository) -> dict[str, Any]:
             "object": "model",
             "created": now,
             "owned_by": "zeroserve",
-            "max_model_len": model.runtime.max_model_len,
+            "max_model_len": generator.max_model_len,
         }
         for model in repository.all_serving()
-        if isinstance(model.runtime, LLMRuntime)
+        if (generator := model.capabilities.generation) is not None
     ]
     return {"object": "list", "data": data}
 
@@ -116,7 +116,7 @@ def models(repository: ModelRepository) -> dict[str, Any]:
 def _call(
     kind: str,
     model: str,
-    runtime: LLMRuntime,
+    runtime: TextGenerator,
     prompt_ids: list[int],
     sampling: SamplingParams,
     request: CompletionRequest | ChatRequest,

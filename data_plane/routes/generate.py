@@ -37,7 +37,7 @@ from data_plane.routes.body import (
 )
 from data_plane.routes.models import path_version
 from runtimes.llm.base import DEFAULT_MAX_TOKENS, EXCLUDE_INPUT, SAMPLING_INPUT, TEXT_INPUT
-from runtimes.llm.sampling import sampling_from_mapping
+from runtimes.sampling import sampling_from_mapping
 
 logger = logging.getLogger(__name__)
 

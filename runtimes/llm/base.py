@@ -25,15 +25,16 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import orjson
 
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import ExecutorRuntime, RuntimeCapabilities, RuntimeOptions, RuntimeState
+from runtimes.capabilities import Capabilities, GenerationObserver, GenerationRecord
 from runtimes.errors import (
     ContextLengthError,
     InvalidArgumentError,
@@ -42,8 +43,9 @@ from runtimes.errors import (
     ModelNotReadyError,
     QueueFullError,
 )
+from runtimes.llm.options import LLMOptions
 from runtimes.llm.parameters import COMMON, Option, ParameterError, read_parameters
-from runtimes.llm.sampling import (
+from runtimes.sampling import (
     Delta,
     EngineLoad,
     FinishReason,
@@ -70,27 +72,6 @@ DEFAULT_MAX_TOKENS = 16
 
 
 @dataclass(frozen=True, slots=True)
-class GenerationRecord:
-    """What one finished (or aborted) generation took, for metrics."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: FinishReason
-    e2e_s: float
-    """From the request entering the engine to its last token."""
-    first_token_s: float | None
-    """Time to the first token; None when none came."""
-    token_gaps_s: tuple[float, ...] = field(default=())
-    """Time between consecutive token-bearing steps (inter-token latency samples)."""
-
-
-class GenerationObserver(Protocol):
-    """Told about every generation as it ends (the data plane's LLM metrics)."""
-
-    def __call__(self, record: GenerationRecord) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
 class Completion:
     """A generation run to its end."""
 
@@ -112,8 +93,16 @@ class LLMRuntime(ExecutorRuntime):
     engine_options: ClassVar[Mapping[str, Option]] = COMMON
     """The config ``parameters`` this engine takes."""
 
-    def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        version: int,
+        options: RuntimeOptions,
+        llm_options: LLMOptions | None = None,
+    ) -> None:
         super().__init__(name=name, version=version, options=options)
+        self.llm_options = llm_options or LLMOptions()
         self.max_model_len = 0
         """Context window in tokens (prompt plus completion); set by the load."""
         self.observer: GenerationObserver | None = None
@@ -183,6 +172,10 @@ class LLMRuntime(ExecutorRuntime):
         ``self._executor`` is set already; blocking work goes there (``self.run_blocking``).
         Raises ModelLoadError; leaves nothing allocated on failure.
         """
+
+    def resolve_capabilities(self) -> Capabilities:
+        """Every LLM runtime generates text, sleeps, can die and reports its generations."""
+        return Capabilities(generation=self, sleep=self, health=self, generation_metrics=self)
 
     def load_error(self, reason: str) -> ModelLoadError:
         return ModelLoadError(model=self.name, reason=reason)

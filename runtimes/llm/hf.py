@@ -26,11 +26,12 @@ from typing import Any, Final
 
 from runtimes.errors import EngineDeadError, InternalError
 from runtimes.llm.base import LLMRuntime
-from runtimes.llm.engine_process import EngineProcess, EngineProcessError
+from runtimes.llm.engine_process.client import EngineProcess, EngineProcessError
+from runtimes.llm.engine_process.messages import CallName
 from runtimes.llm.hf_engine import EngineInfo, EngineLoadError, TokenUpdate, check_folder
 from runtimes.llm.parameters import COMMON, Option
-from runtimes.llm.sampling import Delta, EngineLoad, FinishReason, SamplingParams
 from runtimes.llm.text import IncrementalDetokenizer, StopStrings
+from runtimes.sampling import Delta, EngineLoad, FinishReason, SamplingParams
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class TransformersRuntime(LLMRuntime):
                 on_updates=self._on_updates,
                 on_exit=self._on_engine_exit,
                 timeout_s=_START_TIMEOUT_S,
-                spares=self.options.spare_engines,
+                spares=self.llm_options.spare_engines,
             )
         except (EngineProcessError, TimeoutError) as exc:
             self._tokenizer = None
@@ -146,7 +147,7 @@ class TransformersRuntime(LLMRuntime):
     async def _wake_engine(self) -> None:
         await self._call("wake")
 
-    async def _call(self, name: str) -> None:
+    async def _call(self, name: CallName) -> None:
         process = self._process
         if process is None:
             raise EngineDeadError(f"model '{self.name}' has no engine")

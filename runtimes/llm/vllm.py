@@ -29,7 +29,7 @@ from typing import Any, Final
 from runtimes.errors import EngineDeadError, InternalError, UnsupportedError
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.parameters import COMMON, Option
-from runtimes.llm.sampling import Delta, EngineLoad, FinishReason, SamplingParams
+from runtimes.sampling import Delta, EngineLoad, FinishReason, SamplingParams
 
 logger = logging.getLogger(__name__)
 

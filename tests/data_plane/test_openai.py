@@ -402,7 +402,11 @@ async def test_a_dead_engine_fails_readiness_and_stops_the_server(server: LlmSer
     class _Repository:
         def all_serving(self) -> list[Any]:
             runtime = _Dead(name="tiny", version=1, options=RuntimeOptions())
-            return [SimpleNamespace(name="tiny", runtime=runtime)]
+            return [
+                SimpleNamespace(
+                    name="tiny", runtime=runtime, capabilities=runtime.resolve_capabilities()
+                )
+            ]
 
     lifecycle, exits = Lifecycle(), []
     await asyncio.wait_for(

@@ -19,8 +19,8 @@ import pytest
 from foundation import model_config
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, RuntimeState
-from runtimes.llm.sampling import SamplingParams
 from runtimes.llm.vllm import VllmRuntime
+from runtimes.sampling import SamplingParams
 from tests.llm_model import WORDS, prompt, write_tiny_llm
 
 WAIT_S = 120.0

@@ -21,10 +21,11 @@ import pytest
 from foundation import model_config
 from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.errors import EngineDeadError, InternalError, ModelLoadError
-from runtimes.llm.engine_process import SpareEngines
+from runtimes.llm.engine_process.client import SpareEngines
+from runtimes.llm.engine_process.messages import LoadModel, Ready
 from runtimes.llm.hf import OPTIONS, TransformersRuntime
 from runtimes.llm.parameters import read_parameters
-from runtimes.llm.sampling import SamplingParams
+from runtimes.sampling import SamplingParams
 from tests.llm_model import load_runtime, prompt, write_tiny_llm
 
 pytestmark = pytest.mark.anyio
@@ -181,9 +182,9 @@ def test_the_engine_process_exits_when_the_server_end_closes(model_dir: Path) ->
     theirs.close()
     conn = Connection(ours.detach())
     try:
-        conn.send(("load", str(model_dir / "1"), "cpu", parameters, frozenset()))
+        conn.send(LoadModel(str(model_dir / "1"), "cpu", parameters, frozenset()))
         assert conn.poll(WAIT_S), "no answer to the load"
-        assert conn.recv()[0] == "ready"
+        assert isinstance(conn.recv(), Ready)
         conn.close()  # the server is gone
         assert process.wait(timeout=WAIT_S) == 0
     finally:

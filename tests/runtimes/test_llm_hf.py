@@ -23,7 +23,7 @@ from runtimes.errors import (
 )
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.hf import TransformersRuntime
-from runtimes.llm.sampling import SamplingParams
+from runtimes.sampling import SamplingParams
 from tests.llm_model import WORDS, load_runtime, prompt, write_tiny_llm
 
 pytestmark = pytest.mark.anyio

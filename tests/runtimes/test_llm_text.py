@@ -10,8 +10,8 @@ import pytest
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.errors import InvalidParameterError
 from runtimes.llm.parameters import COMMON, ParameterError, read_parameters
-from runtimes.llm.sampling import SamplingParams, sampling_from_mapping
 from runtimes.llm.text import IncrementalDetokenizer, StopStrings
+from runtimes.sampling import SamplingParams, sampling_from_mapping
 
 
 class _ByteTokenizer:

@@ -1,4 +1,5 @@
-"""runtime_class_for: backend, then platform, then files; clear errors otherwise."""
+"""runtime_class_for: backend, then platform, then files; clear errors otherwise. The
+factory: each runtime gets the options its kind takes; capabilities are objects or None."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ from pathlib import Path
 import pytest
 
 from foundation.proto.model_config_pb2 import ModelConfig
-from runtimes.base import ModelRuntime
+from runtimes.base import ModelRuntime, RuntimeOptions
+from runtimes.capabilities import Capabilities
+from runtimes.llm.base import LLMRuntime
+from runtimes.llm.hf import TransformersRuntime
+from runtimes.llm.options import LLMOptions
 from runtimes.onnx import OnnxRuntime
 from runtimes.python_model import PythonRuntime
-from runtimes.registry import available_backends, runtime_class_for
+from runtimes.registry import RuntimeFactory, available_backends, runtime_class_for
 from runtimes.torch import TorchRuntime
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
@@ -164,3 +169,57 @@ def test_llm_engines_are_chosen_by_backend() -> None:
             runtime_class_for(ModelConfig(backend="vllm"), None)
     else:
         assert runtime_class_for(ModelConfig(backend="vllm"), None) is VllmRuntime
+
+
+class _Spares:
+    """A spare-engine pool that starts nothing and counts its closes."""
+
+    def __init__(self) -> None:
+        self.closes = 0
+
+    def take(self) -> None:
+        return None
+
+    def refill(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closes += 1
+
+
+@pytest.mark.parametrize("kind", ["transformers", "vllm"])
+def test_the_factory_hands_llm_runtimes_their_own_options(kind: str) -> None:
+    options, spares = RuntimeOptions(drain_timeout_s=1.5), _Spares()
+    factory = RuntimeFactory(options, LLMOptions(spare_engines=spares))
+    runtime = factory.create(kind, name="m", version=2)
+    assert isinstance(runtime, LLMRuntime)
+    assert (runtime.kind, runtime.name, runtime.version) == (kind, "m", 2)
+    assert runtime.options is options
+    assert runtime.llm_options.spare_engines is spares
+    factory.close()
+    assert spares.closes == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [("onnxruntime", OnnxRuntime), ("pytorch", TorchRuntime), ("python", PythonRuntime)],
+)
+def test_the_factory_builds_the_other_runtimes_with_the_generic_options(
+    kind: str, expected: type[ModelRuntime]
+) -> None:
+    options = RuntimeOptions(intra_op_threads=2)
+    factory = RuntimeFactory(options)
+    runtime = factory.create(kind, name="m", version=1)
+    assert type(runtime) is expected and runtime.options is options
+    with pytest.raises(KeyError):
+        factory.create("no-such-backend", name="m", version=1)
+    factory.close()  # keeps nothing: nothing to stop
+
+
+def test_capabilities_are_the_runtime_itself_or_none() -> None:
+    plain = PythonRuntime(name="m", version=1, options=RuntimeOptions())
+    assert plain.resolve_capabilities() == Capabilities()
+    llm = TransformersRuntime(name="m", version=1, options=RuntimeOptions())
+    offered = llm.resolve_capabilities()
+    assert offered.generation is llm and offered.sleep is llm
+    assert offered.health is llm and offered.generation_metrics is llm

@@ -13,7 +13,7 @@ import pytest
 from data_plane.errors import ModelNotReadyError, ServerStoppingError, UnknownModelError
 from data_plane.handlers.generate import GenerateRequest, GenerateResponse
 from data_plane.llm import NotALanguageModelError
-from runtimes.llm.sampling import SamplingParams
+from runtimes.sampling import SamplingParams
 from tests.data_plane.server_app import Core, data_plane_core
 from tests.llm_model import prompt, write_tiny_llm
 from tests.models import write_python_model

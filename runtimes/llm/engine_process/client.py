@@ -1,31 +1,21 @@
-"""The transformers engine in a process of its own, and the server's handle on it.
+"""The server's end of an engine process: start it, load a model, send requests, receive
+tokens.
 
 With the engine in the server's process, its generation thread and the HTTP streaming of its
 tokens share one interpreter lock, and the worker never uses more than one core: on a small
 model the engine ran at 0.73 of its speed alone. vLLM runs its engine core in a separate
 process for the same reason; so do we. The server keeps the tokenizer (encoding, chat
-templates, detokenization and stop strings stay where the text is); only token ids cross.
-
-The two ends talk over a socket pair with :class:`multiprocessing.connection.Connection`
-framing (pickles between these two processes only; nothing read from storage is unpickled).
-Parent to engine: ``("load", folder, device, parameters, fallback_eos)`` first, then
-``("batch", [("add", id, prompt_ids, max_new_tokens, temperature, top_p) | ("cancel",
-id), ...])``, ``("call", seq, "sleep" | "wake")`` and ``("stop",)``. Engine to parent: ``("ready",
-max_model_len, eos_ids)`` or ``("load_error", reason)``, then ``("tokens", updates, running,
-waiting)``, ``("load", running, waiting)``, ``("reply", seq, error | None)`` and ``("fatal",
-reason)``. The engine exits when the parent's end closes, so it never outlives the server.
-
-    python -m runtimes.llm.engine_process --fd N [--log-level LEVEL]
+templates, detokenization and stop strings stay where the text is); only token ids cross,
+as the typed messages of :mod:`runtimes.llm.engine_process.messages`. The other end is
+:mod:`runtimes.llm.engine_process.core`; it exits when this end closes.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
 import logging
-import os
 import queue
 import socket
 import subprocess
@@ -34,27 +24,35 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import Any, Final
 
-from runtimes.llm.hf_engine import EngineInfo, EngineLoadError, HFEngine, TokenUpdate
-
-if TYPE_CHECKING:
-    # Types only: the engine process itself runs without the runtime interface.
-    from runtimes.base import SpareEngineProcesses
+from runtimes.llm.engine_process.messages import (
+    Add,
+    Batch,
+    Call,
+    CallName,
+    Cancel,
+    Fatal,
+    FromEngine,
+    LoadCounts,
+    LoadFailed,
+    LoadModel,
+    Ready,
+    Reply,
+    Stop,
+    ToEngine,
+    Tokens,
+)
+from runtimes.llm.hf_engine import EngineInfo, TokenUpdate
+from runtimes.llm.options import SpareEngineProcesses
 
 logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S: Final = 60.0
 """How long a stopping engine process may take to free its engine and exit."""
 
-_LOAD_REPORT_S: Final = 0.1
-"""How often an engine process reports its load when no tokens carry it."""
-
-_SWITCH_INTERVAL_S: Final = 0.0005
-"""The engine process's interpreter switch interval (Python's default: 5 ms)."""
-
-Update = tuple[str, tuple[int, ...], bool, str | None]
-"""A :class:`TokenUpdate` on the wire: request id, new tokens, finished, error."""
+_ENGINE_MODULE: Final = "runtimes.llm.engine_process"
+"""What ``python -m`` runs in an engine process (its ``__main__`` runs the core)."""
 
 
 class EngineProcessError(Exception):
@@ -84,7 +82,7 @@ class EngineProcess:
         self._loop = asyncio.get_running_loop()
         # Sends go through a thread of their own: a socket whose buffer an engine busy
         # elsewhere has let fill up would otherwise block the event loop.
-        self._outgoing: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._outgoing: queue.SimpleQueue[ToEngine | None] = queue.SimpleQueue()
         self._writer = threading.Thread(
             target=self._write, name=f"llm-engine-send-{process.pid}", daemon=True
         )
@@ -94,7 +92,7 @@ class EngineProcess:
         self._sequence = itertools.count()
         self._is_closing = False
         self._is_attached = True
-        self._outbox: list[tuple[Any, ...]] = []
+        self._outbox: list[Add | Cancel] = []
         """Adds and cancels of this loop iteration, sent together at its end."""
         self.death: str | None = None
         """Why the engine is gone, once it died; None while it serves."""
@@ -129,7 +127,7 @@ class EngineProcess:
         process, conn = spare
         handle = cls(process, conn, on_updates=on_updates, on_exit=on_exit)
         try:
-            handle._send(("load", str(model_dir), device, dict(parameters), fallback_eos_ids))
+            handle._send(LoadModel(str(model_dir), device, dict(parameters), fallback_eos_ids))
             async with asyncio.timeout(timeout_s):
                 info = await handle._ready
         except BaseException:
@@ -150,12 +148,12 @@ class EngineProcess:
         temperature: float,
         top_p: float,
     ) -> None:
-        self._post(("add", request_id, list(prompt_ids), max_new_tokens, temperature, top_p))
+        self._post(Add(request_id, list(prompt_ids), max_new_tokens, temperature, top_p))
 
     def cancel(self, request_id: str) -> None:
-        self._post(("cancel", request_id))
+        self._post(Cancel(request_id))
 
-    def _post(self, message: tuple[Any, ...]) -> None:
+    def _post(self, message: Add | Cancel) -> None:
         # Each message wakes the engine's command thread, which then waits for the
         # interpreter lock its generation thread holds; one message per loop iteration
         # carries every add and cancel of that iteration.
@@ -168,12 +166,12 @@ class EngineProcess:
     def _flush(self) -> None:
         messages, self._outbox = self._outbox, []
         try:
-            self._send(("batch", messages))
+            self._send(Batch(messages))
         except EngineProcessError as exc:
             # The exit callback fails the requests these messages were for.
             logger.warning("%s", exc)
 
-    async def call(self, name: str, *, timeout_s: float) -> None:
+    async def call(self, name: CallName, *, timeout_s: float) -> None:
         """Run ``sleep`` or ``wake`` in the engine; raises EngineProcessError when it fails
         there or the process dies, TimeoutError after ``timeout_s``."""
         seq = next(self._sequence)
@@ -182,7 +180,7 @@ class EngineProcess:
         if self._outbox:
             self._flush()  # what was asked before this call reaches the engine before it
         try:
-            self._send(("call", seq, name))
+            self._send(Call(seq, name))
             async with asyncio.timeout(timeout_s):
                 await future
         finally:
@@ -194,7 +192,7 @@ class EngineProcess:
         Blocking; callable from any thread; idempotent.
         """
         self._is_closing = True
-        self._outgoing.put(("stop",))
+        self._outgoing.put(Stop())
         self._outgoing.put(None)
         try:
             self._process.wait(timeout=timeout_s)
@@ -211,7 +209,7 @@ class EngineProcess:
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 self._loop.call_soon_threadsafe(self._detach)
 
-    def _send(self, message: tuple[Any, ...]) -> None:
+    def _send(self, message: ToEngine) -> None:
         if self.death is not None:
             raise EngineProcessError(self.death)
         self._outgoing.put(message)
@@ -239,30 +237,30 @@ class EngineProcess:
             self._detach()
             self._lost(f"the engine process exited (code {code})")
 
-    def _dispatch(self, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        if kind == "tokens":
-            _, updates, running, waiting = message
-            self.load = (running, waiting)
-            self._on_updates([TokenUpdate(*u) for u in updates])
-        elif kind == "load":
-            self.load = (message[1], message[2])
-        elif kind == "reply":
-            _, seq, error = message
-            future = self._calls.get(seq)
-            if future is not None and not future.done():
-                if error is None:
-                    future.set_result(None)
-                else:
-                    future.set_exception(EngineProcessError(error))
-        elif kind == "ready":
-            if not self._ready.done():
-                self._ready.set_result(EngineInfo(message[1], frozenset(message[2])))
-        elif kind == "load_error":
-            if not self._ready.done():
-                self._ready.set_exception(EngineProcessError(message[1]))
-        elif kind == "fatal":
-            self._lost(message[1])
+    def _dispatch(self, message: FromEngine) -> None:
+        match message:
+            case Tokens(updates, running, waiting):
+                self.load = (running, waiting)
+                self._on_updates([TokenUpdate(*update) for update in updates])
+            case LoadCounts(running, waiting):
+                self.load = (running, waiting)
+            case Reply(seq, error):
+                future = self._calls.get(seq)
+                if future is not None and not future.done():
+                    if error is None:
+                        future.set_result(None)
+                    else:
+                        future.set_exception(EngineProcessError(error))
+            case Ready(max_model_len, eos_ids):
+                if not self._ready.done():
+                    self._ready.set_result(EngineInfo(max_model_len, frozenset(eos_ids)))
+            case LoadFailed(reason):
+                if not self._ready.done():
+                    self._ready.set_exception(EngineProcessError(reason))
+            case Fatal(reason):
+                self._lost(reason)
+            case _:
+                logger.error("unexpected message %s from the engine", type(message).__name__)
 
     def _lost(self, reason: str) -> None:
         if self.death is not None:
@@ -285,7 +283,7 @@ def spawn() -> tuple[subprocess.Popen[Any], Connection]:
     """
     ours, theirs = socket.socketpair()
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel())
-    command = [sys.executable, "-m", __name__, "--fd", str(theirs.fileno())]
+    command = [sys.executable, "-m", _ENGINE_MODULE, "--fd", str(theirs.fileno())]
     command += ["--log-level", str(level)]
     try:
         process = subprocess.Popen(command, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
@@ -362,156 +360,3 @@ def _stop_spare(spare: tuple[subprocess.Popen[Any], Connection]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=STOP_TIMEOUT_S)
-
-
-# ---- the engine process ----
-
-
-class _Engine:
-    """The engine process's side: one HFEngine driven by the parent's messages."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._send_lock = threading.Lock()
-        self._engine: HFEngine | None = None
-        self._stopped = threading.Event()
-        self._reported: tuple[int, int] | None = None
-        """The load the parent was told last, by either message that carries it."""
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        try:
-            with self._send_lock:
-                self._conn.send(message)
-        except OSError:
-            # The parent is gone; the command loop sees the closed socket and exits.
-            self._stopped.set()
-
-    def serve(self) -> int:
-        # Imported before the load arrives, so that a spare process has them ready: the
-        # generic half of transformers' loading and batching code takes as long to import
-        # as torch (about 2 s each here); only the model's own module is left for the load.
-        import torch  # noqa: F401
-        import transformers.generation.continuous_batching.continuous_api
-        import transformers.modeling_utils  # noqa: F401
-        from transformers import AutoModelForCausalLM  # noqa: F401
-
-        try:
-            first = self._conn.recv()
-        except EOFError:
-            return 0
-        _, folder, device, parameters, fallback_eos = first
-        try:
-            engine = HFEngine.load(
-                Path(folder), device, parameters, fallback_eos_ids=frozenset(fallback_eos)
-            )
-        except EngineLoadError as exc:
-            self.send(("load_error", str(exc)))
-            return 1
-        except Exception as exc:
-            logger.exception("loading %s failed", folder)
-            self.send(("load_error", f"{type(exc).__name__}: {exc}"))
-            return 1
-        self._engine = engine
-        engine.set_sink(self._send_updates)
-        self.send(("ready", engine.info.max_model_len, sorted(engine.info.eos_ids)))
-        reporter = threading.Thread(target=self._report_load, name="llm-load", daemon=True)
-        reporter.start()
-        try:
-            self._commands(engine)
-        finally:
-            self._stopped.set()
-            engine.close()
-        return 0
-
-    def _commands(self, engine: HFEngine) -> None:
-        while True:
-            try:
-                message = self._conn.recv()
-            except (EOFError, OSError):
-                return
-            for one in message[1] if message[0] == "batch" else (message,):
-                if not self._command(engine, one):
-                    return
-
-    def _command(self, engine: HFEngine, message: tuple[Any, ...]) -> bool:
-        """Carry out one message; False for ``stop``."""
-        kind = message[0]
-        if kind == "add":
-            _, request_id, prompt_ids, max_new_tokens, temperature, top_p = message
-            engine.add(
-                request_id,
-                prompt_ids,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-            )
-        elif kind == "cancel":
-            engine.cancel(message[1])
-        elif kind == "call":
-            _, seq, name = message
-            error = None
-            try:
-                if name == "sleep":
-                    engine.sleep()
-                elif name == "wake":
-                    engine.wake()
-                else:
-                    error = f"unknown call {name!r}"
-            except Exception as exc:
-                logger.exception("%s failed", name)
-                error = f"{name} failed: {exc}"
-            self.send(("reply", seq, error))
-        elif kind == "stop":
-            return False
-        return True
-
-    def _send_updates(self, updates: list[TokenUpdate]) -> None:
-        engine = self._engine
-        load = engine.load_counts() if engine is not None else (0, 0)
-        wire: list[Update] = [(u.request_id, u.tokens, u.is_finished, u.error) for u in updates]
-        self._reported = load
-        self.send(("tokens", wire, *load))
-
-    def _report_load(self) -> None:
-        # Tokens carry the load while requests run; this reports the change when they end,
-        # and a generation thread that died (the parent then fails what runs and exits).
-        while not self._stopped.wait(_LOAD_REPORT_S):
-            engine = self._engine
-            if engine is None:
-                continue
-            fatal = engine.fatal_error()
-            if fatal is not None:
-                logger.error("%s", fatal)
-                self.send(("fatal", fatal))
-                return
-            try:
-                load = engine.load_counts()
-            except Exception:  # managers replaced under us (sleep, wake): next round
-                continue
-            if load != self._reported:
-                self._reported = load
-                self.send(("load", *load))
-
-
-def main(argv: list[str] | None = None) -> NoReturn:
-    parser = argparse.ArgumentParser(description="zeroserve's transformers engine process")
-    parser.add_argument("--fd", type=int, required=True, help="the socket to the server")
-    parser.add_argument("--log-level", default="WARNING")
-    args = parser.parse_args(argv)
-    # The command thread takes the interpreter lock from a busy generation thread only at
-    # a forced switch; at the default 5 ms every add would wait that long.
-    sys.setswitchinterval(_SWITCH_INTERVAL_S)
-    logging.basicConfig(
-        level=args.log_level,
-        format=f"%(asctime)s %(levelname)s engine[{os.getpid()}] %(name)s: %(message)s",
-    )
-    code = _Engine(Connection(args.fd)).serve()
-    # The engine is freed; skip the interpreter's teardown of torch (a second or more).
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-if __name__ == "__main__":
-    main()
