@@ -115,15 +115,17 @@ def decode_infer_request(message: pb.ModelInferRequest, model: str) -> InferRequ
     if message.parameters:
         _parse_parameters(message.parameters, request)
     prefix = request_prefix(request_id)
-    seen: set[str] = set()
-    for tensor in message.inputs:
-        if tensor.name in seen:
-            raise InvalidArgumentError(f"{prefix}input '{tensor.name}' already exists in request")
-        seen.add(tensor.name)
-    raw = message.raw_input_contents
+    # Repeated fields are copied out once: each access to one costs a wrapper.
+    tensors = message.inputs[:]
+    names = [tensor.name for tensor in tensors]
+    if len(set(names)) != len(names):
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise InvalidArgumentError(f"{prefix}input '{twice}' already exists in request")
+    raw = message.raw_input_contents[:]
     next_raw = 0
-    for tensor in message.inputs:
-        name = tensor.name
+    for name, tensor in zip(names, tensors, strict=True):
+        datatype = tensor.datatype
+        shape = tuple(tensor.shape[:])
         if tensor.parameters and _uses_shared_memory(tensor.parameters, name):
             if tensor.HasField("contents"):
                 raise InvalidArgumentError(
@@ -140,15 +142,16 @@ def decode_infer_request(message: pb.ModelInferRequest, model: str) -> InferRequ
                     "contents field must not be specified when using raw_input_contents for "
                     f"'{name}' for model '{model}'"
                 )
-            data = _typed_data(tensor, model, prefix)
+            data = _typed_data(name, datatype, shape, tensor.contents, model, prefix)
         elif next_raw < len(raw):
-            data = _raw_data(tensor, raw[next_raw], model, prefix)
+            _check_shape(name, datatype, shape, prefix)
+            data = decode_binary(name, datatype, shape, memoryview(raw[next_raw]), model, prefix)
             next_raw += 1
         else:
             raise InvalidArgumentError(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
-        request.inputs.append(InferInput(name, tensor.datatype, tuple(tensor.shape), data))
+        request.inputs.append(InferInput(name, datatype, shape, data))
     if message.outputs:
         request.outputs = _requested_outputs(message.outputs)
     return request
@@ -264,14 +267,18 @@ def _field_datatype(field: str, datatype: str) -> str:
 
 
 def _typed_data(
-    tensor: pb.ModelInferRequest.InferInputTensor, model: str, prefix: str
+    name: str,
+    datatype: str,
+    shape: tuple[int, ...],
+    contents: pb.InferTensorContents,
+    model: str,
+    prefix: str,
 ) -> npt.NDArray[Any]:
-    name, datatype = tensor.name, tensor.datatype
     shown = datatype if datatype in NUMPY_DTYPES else "<invalid>"
     values: Any = None
     carried: np.dtype[Any] = np.dtype(np.uint8)
     for field, field_dtype in _CONTENT_FIELDS:
-        found = getattr(tensor.contents, field)
+        found = getattr(contents, field)
         if not found:
             continue
         if values is not None:
@@ -286,7 +293,7 @@ def _typed_data(
                 f"'{model}' of type '{field_type}', expected datatype '{shown}'"
             )
         values, carried = found, field_dtype
-    shape = _checked_shape(tensor, prefix)
+    _check_shape(name, datatype, shape, prefix)
     if datatype == "BYTES":
         elements = list(values) if values is not None else []
         return bytes_array(name, math.prod(shape), elements, model, prefix).reshape(shape)
@@ -298,26 +305,16 @@ def _typed_data(
     return decode_binary(name, datatype, shape, memoryview(chunk), model, prefix)
 
 
-def _raw_data(
-    tensor: pb.ModelInferRequest.InferInputTensor, raw: bytes, model: str, prefix: str
-) -> npt.NDArray[Any]:
-    shape = _checked_shape(tensor, prefix)
-    return decode_binary(tensor.name, tensor.datatype, shape, memoryview(raw), model, prefix)
-
-
-def _checked_shape(tensor: pb.ModelInferRequest.InferInputTensor, prefix: str) -> tuple[int, ...]:
-    name, datatype = tensor.name, tensor.datatype
+def _check_shape(name: str, datatype: str, shape: tuple[int, ...], prefix: str) -> None:
     if datatype not in NUMPY_DTYPES:
         raise InvalidArgumentError(
             f"invalid datatype for input {name}: '{datatype}' is not a protocol datatype"
         )
-    shape = tuple(tensor.shape)
     if any(dim < 0 for dim in shape):
         raise InvalidArgumentError(
             f"{prefix}unexpected shape for input '{name}': {list(shape)} has a negative dimension"
         )
     check_shape(name, datatype, shape, prefix)
-    return shape
 
 
 def _requested_outputs(
