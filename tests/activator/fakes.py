@@ -22,19 +22,6 @@ from foundation.records import (
 )
 
 
-class FakeClock:
-    """A clock that moves only when told to."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 class FakeStore:
     """Models, placements (published to subscribers) and traffic reports, in memory."""
 

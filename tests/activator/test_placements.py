@@ -9,7 +9,8 @@ from activator.errors import CatalogUnavailableError
 from activator.lb import Replica
 from activator.placements import ModelCatalog, PlacementView, ReplicaTable
 from foundation.records import Placement, PlacementEvent, PlacementEventKind
-from tests.activator.fakes import FakeClock, FakeStore, RecordingListener, settle
+from tests.activator.fakes import FakeStore, RecordingListener, settle
+from tests.fakes import FakeClock
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,8 @@ import pytest
 
 from activator.traffic import Traffic
 from foundation.records import FirstResponse, TrafficReport
-from tests.activator.fakes import FakeClock, FakeStore, settle
+from tests.activator.fakes import FakeStore, settle
+from tests.fakes import FakeClock
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,8 @@ from activator.placements import PlacementView, ReplicaTable
 from activator.watch import ReplicaWatch, probe_live
 from foundation.records import Placement
 from tests.activator.conftest import serve_asgi
-from tests.activator.fakes import FakeClock, FakeStore, RecordingListener, settle
+from tests.activator.fakes import FakeStore, RecordingListener, settle
+from tests.fakes import FakeClock
 from tests.integration.conftest import free_port
 
 pytestmark = pytest.mark.anyio

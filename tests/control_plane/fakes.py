@@ -1,5 +1,5 @@
-"""Fakes for control-plane unit tests: a recording backend and worker API, clocks, and a way
-to run an ASGI app's lifespan around in-process requests."""
+"""Fakes for control-plane unit tests: a recording backend and worker API, and a way to run
+an ASGI app's lifespan around in-process requests (the clock is ``tests.fakes.FakeClock``)."""
 
 from __future__ import annotations
 
@@ -33,19 +33,6 @@ def make_settings(tmp_path: Path | None = None, **overrides: Any) -> ControlPlan
     }
     values.update(overrides)
     return ControlPlaneSettings(**values)
-
-
-class FakeClock:
-    """A clock tests move by hand."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Acting:

@@ -14,7 +14,8 @@ from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.store.memory import MemoryStateStore
 from foundation.records import ModelRecord, Placement, ScalingSpec, TrafficReport
-from tests.control_plane.fakes import Acting, FakeClock
+from tests.control_plane.fakes import Acting
+from tests.fakes import FakeClock
 
 pytestmark = pytest.mark.anyio
 

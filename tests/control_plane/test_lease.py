@@ -6,7 +6,7 @@ import pytest
 
 from control_plane.lease import Lease
 from control_plane.store.memory import MemoryStateStore
-from tests.control_plane.fakes import FakeClock
+from tests.fakes import FakeClock
 
 pytestmark = pytest.mark.anyio
 

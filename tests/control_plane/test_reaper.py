@@ -21,7 +21,8 @@ from foundation.records import (
     WorkerRecord,
     WorkerState,
 )
-from tests.control_plane.fakes import Acting, FakeBackend, FakeClock, FakeWorkers, make_settings
+from tests.control_plane.fakes import Acting, FakeBackend, FakeWorkers, make_settings
+from tests.fakes import FakeClock
 
 pytestmark = pytest.mark.anyio
 

@@ -29,24 +29,11 @@ from data_plane.errors import (
     ServerStoppingError,
 )
 from foundation.proto.model_config_pb2 import ModelConfig
+from tests.fakes import FakeClock
 
 pytestmark = pytest.mark.anyio
 
-SECOND_NS = 1_000_000_000
 SECOND_US = 1_000_000
-
-
-class FakeClock:
-    """Monotonic nanoseconds that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1_000 * SECOND_NS
-
-    def __call__(self) -> int:
-        return self.now
-
-    def advance(self, *, ms: float = 0, s: float = 0) -> None:
-        self.now += int(ms * 1_000_000 + s * SECOND_NS)
 
 
 class RecordingEngine:
@@ -313,7 +300,7 @@ async def test_max_queue_delay_waits_for_a_fuller_batch():
     policy = BatchPolicy(
         max_batch_size=8, preferred_batch_sizes=(4,), max_queue_delay_us=10 * SECOND_US
     )
-    async with serving(engine, policy, clock=clock) as batcher:
+    async with serving(engine, policy, clock=clock.ns) as batcher:
         tasks = [submit(batcher, rows(1))]
         await settle()
         tasks += [submit(batcher, rows(2)), submit(batcher, rows(3))]
@@ -326,7 +313,7 @@ async def test_max_queue_delay_waits_for_a_fuller_batch():
 
         late = [submit(batcher, rows(5))]
         await settle()
-        clock.advance(s=11)
+        clock.advance(11)
         late.append(submit(batcher, rows(6)))
         await finish(*late)
     assert engine.batches == [[1, 2, 3, 4], [5, 6]]
@@ -354,12 +341,12 @@ async def test_exceeded_delay_overrides_preferred_size(advance_s, expected):
     policy = BatchPolicy(
         max_batch_size=4, preferred_batch_sizes=(2,), max_queue_delay_us=10 * SECOND_US
     )
-    async with serving(engine, policy, clock=clock) as batcher:
+    async with serving(engine, policy, clock=clock.ns) as batcher:
         tasks = [submit(batcher, rows(1)), submit(batcher, rows(2))]
         await engine.wait_calls(1)
         tasks += [submit(batcher, rows(i)) for i in (3, 4, 5, 6, 7)]
         await settle()
-        clock.advance(s=advance_s)
+        clock.advance(advance_s)
         engine.release()
         await engine.wait_calls(len(expected) - 1)
         await settle()
@@ -554,12 +541,12 @@ async def test_expired_reject_requests_fail_and_executing_ones_never_time_out():
     policy = BatchPolicy(
         max_batch_size=8, default_queue_policy=QueuePolicy(default_timeout_us=SECOND_US)
     )
-    async with serving(engine, policy, clock=clock) as batcher:
+    async with serving(engine, policy, clock=clock.ns) as batcher:
         executing = submit(batcher, rows(0))
         await engine.wait_calls(1)
         expired = submit(batcher, rows(1), request_id="a")
         await settle()
-        clock.advance(s=2)
+        clock.advance(2)
         fresh = submit(batcher, rows(2))
         await settle()
         engine.release()
@@ -579,12 +566,12 @@ async def test_expired_delay_requests_move_behind_the_unexpired_ones():
         max_batch_size=8,
         default_queue_policy=QueuePolicy(timeout_action="DELAY", default_timeout_us=SECOND_US),
     )
-    async with serving(engine, policy, clock=clock) as batcher:
+    async with serving(engine, policy, clock=clock.ns) as batcher:
         tasks = [submit(batcher, rows(0))]
         await engine.wait_calls(1)
         tasks += [submit(batcher, rows(1)), submit(batcher, rows(2))]
         await settle()
-        clock.advance(s=2)
+        clock.advance(2)
         tasks += [submit(batcher, rows(3)), submit(batcher, rows(4))]
         await settle()
         engine.release()
@@ -603,12 +590,12 @@ async def test_delayed_requests_still_batch_behind_the_unexpired_ones():
         max_queue_delay_us=60 * SECOND_US,
         default_queue_policy=QueuePolicy(timeout_action="DELAY", default_timeout_us=SECOND_US),
     )
-    async with serving(engine, policy, clock=clock) as batcher:
+    async with serving(engine, policy, clock=clock.ns) as batcher:
         tasks = [submit(batcher, rows(i)) for i in (0, 1, 2)]
         await engine.wait_calls(1)
         tasks.append(submit(batcher, rows(3)))
         await settle()
-        clock.advance(s=2)
+        clock.advance(2)
         engine.release()
         await settle()
         # request 3 was moved to the back of an empty level: it waits for company
@@ -638,7 +625,7 @@ async def test_timeout_override_rules(default_us, allow, request_us, advance_us,
             default_timeout_us=default_us, allow_timeout_override=allow
         ),
     )
-    async with serving(engine, policy, clock=clock) as batcher:
+    async with serving(engine, policy, clock=clock.ns) as batcher:
         tasks = [submit(batcher, rows(0))]
         await engine.wait_calls(1)
         waiting = submit(batcher, rows(1), timeout_us=request_us)
@@ -675,13 +662,13 @@ async def test_reject_timer_trusts_the_injected_clock():
     policy = BatchPolicy(
         max_batch_size=8, default_queue_policy=QueuePolicy(default_timeout_us=20_000)
     )
-    async with serving(engine, policy, clock=clock) as batcher:
+    async with serving(engine, policy, clock=clock.ns) as batcher:
         busy = submit(batcher, rows(0))
         await engine.wait_calls(1)
         waiting = submit(batcher, rows(1))
         await asyncio.sleep(0.1)  # the loop timer fired (more than once); the clock says no
         assert not waiting.done()
-        clock.advance(s=1)
+        clock.advance(1)
         with pytest.raises(RequestTimeoutError):
             async with asyncio.timeout(5):
                 await waiting
@@ -786,7 +773,10 @@ async def test_on_execution_reports_each_execution_and_results_carry_timings():
     engine.compute_ms = 5
     seen: list[tuple[int, int]] = []
     async with serving(
-        engine, BatchPolicy(max_batch_size=8), clock=clock, on_execution=lambda *a: seen.append(a)
+        engine,
+        BatchPolicy(max_batch_size=8),
+        clock=clock.ns,
+        on_execution=lambda *a: seen.append(a),
     ) as batcher:
         first = submit(batcher, rows(0))
         await engine.wait_calls(1)

@@ -17,20 +17,13 @@ from foundation.records import (
     PlacementEventKind,
     TrafficReport,
 )
+from tests.fakes import FakeClock
 
 pytestmark = pytest.mark.anyio
 
 T = TypeVar("T")
 
 RESYNC = PlacementEvent(PlacementEventKind.RESYNC)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 async def next_of(events: AsyncIterator[T]) -> T:
