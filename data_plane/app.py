@@ -19,7 +19,7 @@ from data_plane.handlers import Handlers
 from data_plane.metrics import Metrics
 from data_plane.openai import routes as openai_routes
 from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
-from data_plane.routes import generate, infer, metrics, models, repository, server
+from data_plane.routes import generate, infer, metrics, models, repository, server, shared_memory
 from data_plane.routes.state import ServerState
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 from data_plane.state import Lifecycle, is_explicit
@@ -152,15 +152,14 @@ def create_app(
             watch_engines(repo, lifecycle, settings.engine_watchdog_interval_s, on_engine_dead),
             name="engine-watchdog",
         )
+        handlers = Handlers.create(repo, lifecycle, metrics_, is_explicit=is_explicit(settings))
         try:
             yield ServerState(
                 settings=settings,
                 repository=repo,
                 metrics=metrics_,
                 lifecycle=lifecycle,
-                handlers=Handlers.create(
-                    repo, lifecycle, metrics_, is_explicit=is_explicit(settings)
-                ),
+                handlers=handlers,
             )
         finally:
             lifecycle.is_stopping = True
@@ -169,6 +168,7 @@ def create_app(
             try:
                 await repo.close()
             finally:
+                handlers.close()
                 await cache.close()
 
     route_table: list[BaseRoute] = [
@@ -179,6 +179,7 @@ def create_app(
         *models.routes,
         *repository.routes,
         *metrics.routes,
+        *shared_memory.routes,
     ]
     # Outermost first. InferEndpoint answers infer requests before Starlette's routing and
     # exception layers, which cost more than the inference itself on small models.

@@ -7,7 +7,8 @@ transport's statuses is the transport's job.
 
 Modules: `server` (health, metadata, metrics), `models` (per-model metadata, readiness,
 config, statistics), `infer`, `repository` (index, load, unload, sleep, wake), `generate`
-(Triton's generate extension on LLMs).
+(Triton's generate extension on LLMs), `shared_memory` (the shared-memory registries, which
+every transport of one server shares through ``Handlers.shared_memory``).
 """
 
 from __future__ import annotations
@@ -19,20 +20,27 @@ from data_plane.handlers.infer import InferHandler
 from data_plane.handlers.models import ModelHandlers
 from data_plane.handlers.repository import RepositoryHandlers
 from data_plane.handlers.server import ServerHandlers
+from data_plane.handlers.shared_memory import SharedMemoryHandlers
 from data_plane.metrics import Metrics
 from data_plane.repository import ModelRepository
+from data_plane.shared_memory import CudaSharedMemory, SystemSharedMemory
 from data_plane.state import Lifecycle
 
 
 @dataclass(frozen=True, slots=True)
 class Handlers:
-    """Every handler of one server, over the same repository and lifecycle."""
+    """Every handler of one server, over the same repository and lifecycle.
+
+    Built once per server and shared by all its transports (HTTP, gRPC): the shared-memory
+    regions registered through one are used by infer requests through any other.
+    """
 
     server: ServerHandlers
     models: ModelHandlers
     infer: InferHandler
     repository: RepositoryHandlers
     generate: GenerateHandler
+    shared_memory: SharedMemoryHandlers
 
     @classmethod
     def create(
@@ -45,13 +53,20 @@ class Handlers:
     ) -> Handlers:
         """The handlers of a server serving ``repository``; ``is_explicit``: model control
         (load, unload, sleep, wake) is allowed."""
+        shared_memory = SharedMemoryHandlers(SystemSharedMemory(), CudaSharedMemory())
         return cls(
             server=ServerHandlers(repository, lifecycle, metrics),
             models=ModelHandlers(repository),
-            infer=InferHandler(repository, lifecycle),
+            infer=InferHandler(repository, lifecycle, shared_memory),
             repository=RepositoryHandlers(repository, is_explicit=is_explicit),
             generate=GenerateHandler(repository, lifecycle),
+            shared_memory=shared_memory,
         )
+
+    def close(self) -> None:
+        """Let go of what the handlers hold beyond the repository: every shared-memory region
+        (the server stops; requests still using one finish with it first)."""
+        self.shared_memory.close()
 
 
 __all__ = [
@@ -61,4 +76,5 @@ __all__ = [
     "ModelHandlers",
     "RepositoryHandlers",
     "ServerHandlers",
+    "SharedMemoryHandlers",
 ]

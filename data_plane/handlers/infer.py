@@ -3,6 +3,10 @@
 Two steps because transports must resolve the model before they decode the request: the
 decoder's error texts name the model, and a request for an unknown model or a draining
 server is refused before its body is read.
+
+Inputs and outputs in shared memory are read and written here (see
+`data_plane.handlers.shared_memory`), so every transport gets them by passing the requests'
+parameters through.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from dataclasses import dataclass
 
 from data_plane import inference
 from data_plane.errors import ServerStoppingError
+from data_plane.handlers.shared_memory import SharedMemoryHandlers
 from data_plane.protocol import InferRequest, OutputTensor
 from data_plane.repository import LoadedVersion, ModelRepository
 from data_plane.state import Lifecycle
@@ -31,9 +36,15 @@ class InferResponse:
 class InferHandler:
     """Runs infer requests, whatever the transport."""
 
-    def __init__(self, repository: ModelRepository, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self,
+        repository: ModelRepository,
+        lifecycle: Lifecycle,
+        shared_memory: SharedMemoryHandlers,
+    ) -> None:
         self._repository = repository
         self._lifecycle = lifecycle
+        self._shared_memory = shared_memory
 
     def model(self, name: str, version: int | None = None) -> LoadedVersion:
         """The serving version a request for ``name`` (and ``version``) goes to.
@@ -48,8 +59,14 @@ class InferHandler:
     async def infer(self, model: LoadedVersion, request: InferRequest) -> InferResponse:
         """Validate ``request`` against ``model``'s config, batch it, run it and pick its
         outputs; raises the data plane's errors (InvalidArgumentError for a request that
-        does not fit the model, UnavailableError when it cannot be queued or timed out)."""
-        outputs = await inference.infer(model, request)
+        does not fit the model, UnavailableError when it cannot be queued or timed out, and
+        the shared-memory errors of ``data_plane.shared_memory`` for its regions)."""
+        if request.uses_shared_memory:
+            async with self._shared_memory.place(request, model.name) as placed:
+                outputs = await inference.infer(model, request)
+                await placed.write(outputs)
+        else:
+            outputs = await inference.infer(model, request)
         return InferResponse(
             model_name=model.name,
             model_version=str(model.version),

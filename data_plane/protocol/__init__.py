@@ -14,7 +14,7 @@ object array of ``bytes`` and BF16 is float32 (the wire carries the upper 16 bit
 
 Modules: `request` (request types and decoding), `json_data` (JSON tensor data), `tensors`
 (binary tensor data), `response` (response encoding), `classification` (classification
-extension).
+extension), `shared_memory` (the parameters placing a tensor in a shared-memory region).
 """
 
 from __future__ import annotations
@@ -31,17 +31,21 @@ from data_plane.protocol.request import (
     parse_header_length,
 )
 from data_plane.protocol.response import OutputTensor, encode_infer_response
+from data_plane.protocol.shared_memory import REGION_PARAMETER, SharedMemoryRef, shared_memory_ref
 
 __all__ = [
     "DEFAULT_MAX_INPUT_BYTES",
     "RAW_INPUT_NAME",
+    "REGION_PARAMETER",
     "InferInput",
     "InferRequest",
     "OutputTensor",
     "RequestedOutput",
+    "SharedMemoryRef",
     "bind_raw_input",
     "classify",
     "decode_infer_request",
     "encode_infer_response",
     "parse_header_length",
+    "shared_memory_ref",
 ]

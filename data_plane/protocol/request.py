@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from data_plane.errors import InvalidArgumentError, UnsupportedError, request_prefix
+from data_plane.errors import InvalidArgumentError, request_prefix
 from data_plane.protocol.json_data import (
     LIMIT_HINT,
     NOT_ARRAY,
@@ -27,6 +27,7 @@ from data_plane.protocol.json_data import (
     NOT_UINT,
     decode_json_data,
 )
+from data_plane.protocol.shared_memory import REGION_PARAMETER, SharedMemoryRef, shared_memory_ref
 from data_plane.protocol.tensors import decode_binary
 from foundation.datatypes import ELEMENT_BYTES, NUMPY_DTYPES
 
@@ -40,6 +41,8 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INTEGER_RE: Final = re.compile(r"\s*[+-]?[0-9]+\s*")
 _MAX_DIMS: Final = 64  # numpy's NPY_MAXDIMS
 _MAX_SIZE: Final = 2**63 - 1  # the protocol's dims are int64, numpy's sizes too
+_NO_DATA: Final = np.empty(0, dtype=np.uint8)
+_NO_DATA.flags.writeable = False
 
 
 @dataclass(slots=True)
@@ -50,22 +53,26 @@ class InferInput:
     zero-copy views of the request body and therefore read-only; copy before writing in place.
     A raw binary request yields one input named `RAW_INPUT_NAME` with ``datatype == ""`` and
     ``shape == ()`` (both unknown) and the whole body as flat uint8 ``data``; `bind_raw_input`
-    maps it to the model's only input.
+    maps it to the model's only input. An input in shared memory has ``shared_memory`` set
+    and empty ``data`` until the infer handler reads it from its region.
     """
 
     name: str
     datatype: str
     shape: tuple[int, ...]
     data: npt.NDArray[Any]
+    shared_memory: SharedMemoryRef | None = None
 
 
 @dataclass(slots=True)
 class RequestedOutput:
-    """An entry of the request's ``outputs``; ``binary_data`` None means the request default."""
+    """An entry of the request's ``outputs``; ``binary_data`` None means the request default,
+    ``shared_memory`` set means the output goes to that place instead of the response."""
 
     name: str
     binary_data: bool | None = None
     classification: int = 0
+    shared_memory: SharedMemoryRef | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +83,7 @@ class InferRequest:
     when the request names none: return every model output, binary if ``binary_data_output``.
     ``parameters`` holds every request parameter as sent, reserved ones included; the reserved
     ones are also validated and parsed into the fields below (``timeout`` in microseconds).
+    ``uses_shared_memory``: some input or requested output is in shared memory.
     """
 
     id: str | None
@@ -85,6 +93,7 @@ class InferRequest:
     binary_data_output: bool
     priority: int
     timeout_us: int
+    uses_shared_memory: bool = False
 
 
 def parse_header_length(value: str | None, *, content_length: int) -> int | None:
@@ -123,8 +132,10 @@ def decode_infer_request(
     means a raw binary request, otherwise the body is that many bytes of JSON followed by the
     binary inputs in ``inputs`` order. ``model`` only appears in error texts. Checks what the
     request alone shows (structure, types, value ranges, sizes against shapes); checks against
-    the model configuration are the caller's. Raises `InvalidArgumentError`, or
-    `UnsupportedError` for shared memory.
+    the model configuration are the caller's. Inputs and outputs in shared memory are
+    parsed into their places (see `data_plane.protocol.shared_memory`), not read. Raises
+    `InvalidArgumentError`, or `SharedMemoryRequestError` for a shared-memory parameter of
+    the wrong type.
     """
     view = memoryview(body).cast("B")
     if header_length == 0:
@@ -179,8 +190,9 @@ def decode_infer_request(
         request.inputs.append(_parse_input(entry, ctx, seen))
     if ctx.offset != len(view):
         raise InvalidArgumentError(f"unexpected additional input data for model '{model}'")
+    request.uses_shared_memory = ctx.uses_shared_memory
     if "outputs" in header:
-        request.outputs = _parse_outputs(header["outputs"], ctx.prefix)
+        request.outputs = _parse_outputs(header["outputs"], request)
     return request
 
 
@@ -235,6 +247,7 @@ class _Context:
     model: str
     max_input_bytes: int
     prefix: str
+    uses_shared_memory: bool = False
 
 
 def _missing(member: str) -> str:
@@ -289,7 +302,7 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
         for label, is_set in (
             ("'data'", "data" in fields),
             ("'binary_data_size'", "binary_data_size" in params),
-            ("'shared_memory_region'", "shared_memory_region" in params),
+            ("'shared_memory_region'", REGION_PARAMETER in params),
         )
         if is_set
     ]
@@ -316,11 +329,9 @@ def _parse_input(entry: object, ctx: _Context, seen: set[str]) -> InferInput:
             f"invalid datatype for input {name}: '{datatype}' is not a protocol datatype"
         )
     check_shape(name, datatype, shape, ctx.prefix)
-    if "shared_memory_region" in params:
-        raise UnsupportedError(
-            f"input '{name}' uses shared memory, which this server does not support; "
-            "send its data in the request body"
-        )
+    if REGION_PARAMETER in params:
+        ctx.uses_shared_memory = True
+        return InferInput(name, datatype, shape, _NO_DATA, shared_memory_ref(params))
     if "data" in fields:
         data = decode_json_data(
             name,
@@ -379,7 +390,8 @@ def _member_string(fields: dict[str, Any], member: str) -> str:
     return value
 
 
-def _parse_outputs(outputs: object, prefix: str) -> list[RequestedOutput]:
+def _parse_outputs(outputs: object, request: InferRequest) -> list[RequestedOutput]:
+    prefix = request_prefix(request.id)
     if not isinstance(outputs, list):
         raise InvalidArgumentError(f"Unable to parse 'outputs': {NOT_ARRAY}")
     requested: list[RequestedOutput] = []
@@ -388,7 +400,7 @@ def _parse_outputs(outputs: object, prefix: str) -> list[RequestedOutput]:
         fields = entry if isinstance(entry, dict) else {}
         params = fields.get("parameters")
         params = params if isinstance(params, dict) else {}
-        uses_shm = "shared_memory_region" in params
+        uses_shm = REGION_PARAMETER in params
         if uses_shm and "classification" in params:
             raise InvalidArgumentError(
                 "Output can't set both 'shared_memory_region' and 'classification'"
@@ -404,12 +416,12 @@ def _parse_outputs(outputs: object, prefix: str) -> list[RequestedOutput]:
         count = params.get("classification", 0)
         if not _is_uint(count):
             raise InvalidArgumentError(f"Unable to set 'classification': {NOT_UINT}")
-        if uses_shm:
-            raise UnsupportedError(
-                f"output '{name}' asks for shared memory, which this server does not support"
-            )
         binary = params.get("binary_data")
         if binary is not None and type(binary) is not bool:
             raise InvalidArgumentError(f"Unable to parse 'binary_data': {NOT_BOOL}")
-        requested.append(RequestedOutput(name, binary, count))
+        place = None
+        if uses_shm:
+            place = shared_memory_ref(params)
+            request.uses_shared_memory = True
+        requested.append(RequestedOutput(name, binary, count, place))
     return requested

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
+from data_plane.protocol.shared_memory import SharedMemoryRef
 from data_plane.protocol.tensors import LENGTH_PREFIX, WIRE_DTYPES
 
 
@@ -25,13 +26,15 @@ class OutputTensor:
 
     ``datatype`` is a protocol name and ``data`` is in server form (see `data_plane.protocol`);
     data of another dtype is converted to the datatype's. ``binary`` picks the binary extension
-    over a JSON ``data`` array for this output.
+    over a JSON ``data`` array for this output. ``shared_memory`` set: the output was written
+    to that place, and the response carries only its name, datatype and shape (as Triton's).
     """
 
     name: str
     datatype: str
     data: npt.NDArray[Any]
     binary: bool
+    shared_memory: SharedMemoryRef | None = None
 
 
 def encode_infer_response(
@@ -58,6 +61,9 @@ def encode_infer_response(
     for output in outputs:
         shape = output.data.shape
         entry: dict[str, Any] = {"name": output.name, "datatype": output.datatype, "shape": shape}
+        if output.shared_memory is not None:
+            entries.append(entry)
+            continue
         payload: bytes | npt.NDArray[Any] | None = None
         if output.datatype == "BYTES":
             elements = bytes_elements(output.data)

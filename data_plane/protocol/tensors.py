@@ -38,16 +38,23 @@ def decode_binary(
         return bytes_array(name, count, elements, model, prefix).reshape(shape)
     expected = count * ELEMENT_BYTES[datatype]
     if len(chunk) != expected:
-        raise InvalidArgumentError(
-            f"{prefix}input byte size mismatch for input '{name}' for model '{model}'. "
-            f"Expected {expected}, got {len(chunk)}"
-        )
+        raise byte_size_mismatch(name, model, prefix, expected=expected, got=len(chunk))
     wire = np.frombuffer(chunk, dtype=WIRE_DTYPES[datatype])
     if datatype == "BF16":
         return (wire.astype(np.uint32) << 16).view(np.float32).reshape(shape)
     if datatype == "BOOL" and count and wire.view(np.uint8).max() > 1:
         wire = wire.view(np.uint8) != 0  # numpy bools misbehave on bytes other than 0 and 1
     return wire.reshape(shape)
+
+
+def byte_size_mismatch(
+    name: str, model: str, prefix: str, *, expected: int, got: int
+) -> InvalidArgumentError:
+    """Triton's error for a numeric input whose byte count does not fit its shape."""
+    return InvalidArgumentError(
+        f"{prefix}input byte size mismatch for input '{name}' for model '{model}'. "
+        f"Expected {expected}, got {got}"
+    )
 
 
 def _split_bytes(name: str, chunk: memoryview, model: str, prefix: str, count: int) -> list[bytes]:

@@ -72,9 +72,10 @@ class SystemRegion:
     def open(cls, *, name: str, key: str, offset: int, byte_size: int) -> SystemRegion:
         """Open the object ``key`` names and check the window fits it.
 
-        Raises RegionOpenError (Triton's text) when the key names no regular file directly
-        under `SHM_ROOT`, RegionBoundsError when ``offset + byte_size`` passes its end or
-        ``byte_size`` is 0.
+        Raises RegionOpenError (Triton's text) when the key names nothing that opens
+        directly under `SHM_ROOT` (links, folders and paths are refused), RegionBoundsError
+        when ``offset + byte_size`` passes the end of the object (anything but a regular
+        file has no bytes) or ``byte_size`` is 0.
         """
         file_name = object_name(key)
         if file_name is None:
@@ -93,9 +94,9 @@ class SystemRegion:
             os.close(root)
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise RegionOpenError(key=key)
-            if offset + byte_size > info.st_size:
+            # Anything else that opens (a FIFO) holds no bytes to register, as Triton finds.
+            size = info.st_size if stat.S_ISREG(info.st_mode) else 0
+            if offset + byte_size > size:
                 raise RegionBoundsError(
                     f"failed to register shared memory region '{name}': invalid args"
                 )

@@ -104,14 +104,13 @@ async def data_plane_core(
     cache = build_node_cache(settings, metrics)
     repository = build_repository(settings, metrics, cache, gpu_count=0)
     lifecycle = Lifecycle()
+    handlers = Handlers.create(repository, lifecycle, metrics, is_explicit=is_explicit(settings))
     try:
         await load_startup_models(settings, repository)
-        handlers = Handlers.create(
-            repository, lifecycle, metrics, is_explicit=is_explicit(settings)
-        )
         yield Core(handlers, repository, lifecycle, metrics)
     finally:
         try:
             await repository.close()
         finally:
+            handlers.close()
             await cache.close()

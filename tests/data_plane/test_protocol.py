@@ -21,18 +21,20 @@ from tritonclient.http._infer_result import InferResult
 from tritonclient.http._utils import _get_inference_request
 
 from data_plane import protocol
-from data_plane.errors import InvalidArgumentError, UnsupportedError
+from data_plane.errors import InvalidArgumentError
 from data_plane.protocol import (
     RAW_INPUT_NAME,
     InferInput,
     OutputTensor,
     RequestedOutput,
+    SharedMemoryRef,
     bind_raw_input,
     classify,
     decode_infer_request,
     encode_infer_response,
     parse_header_length,
 )
+from data_plane.shared_memory import SharedMemoryRequestError
 from foundation.datatypes import NUMPY_DTYPES
 
 ALL_TYPES = [
@@ -731,32 +733,119 @@ def test_request_errors(header: dict[str, Any], message: str) -> None:
     assert info.value.message == message
 
 
-@pytest.mark.parametrize(
-    ("header", "message"),
-    [
-        pytest.param(
-            one_input(datatype="FP32", shape=[1], parameters={"shared_memory_region": "r"}),
-            "input 'X' uses shared memory, which this server does not support; send its "
-            "data in the request body",
-            id="input",
-        ),
-        pytest.param(
+def test_shared_memory_places_are_parsed_not_read() -> None:
+    header = {
+        "inputs": [
             {
-                "inputs": [],
-                "outputs": [
-                    {
-                        "name": "Y",
-                        "parameters": {"shared_memory_region": "r", "shared_memory_byte_size": 4},
-                    }
-                ],
+                "name": "X",
+                "datatype": "FP32",
+                "shape": [1, 2],
+                "parameters": {
+                    "shared_memory_region": "in",
+                    "shared_memory_offset": 8,
+                    "shared_memory_byte_size": 8,
+                },
             },
-            "output 'Y' asks for shared memory, which this server does not support",
-            id="output",
+            {"name": "Z", "datatype": "INT32", "shape": [1], "data": [3]},
+        ],
+        "outputs": [
+            {"name": "Y", "parameters": {"shared_memory_region": "out"}},
+            {"name": "W", "parameters": {"binary_data": False}},
+        ],
+    }
+    request = decode(header)
+    assert request.uses_shared_memory
+    x, z = request.inputs
+    assert x.shared_memory == SharedMemoryRef("in", 8, 8)
+    assert x.shape == (1, 2) and x.data.size == 0
+    assert z.shared_memory is None and z.data.tolist() == [3]
+    assert request.outputs is not None
+    y, w = request.outputs
+    assert y.shared_memory == SharedMemoryRef("out", 0, 0)  # the bounds check refuses 0 later
+    assert w.shared_memory is None and w.binary_data is False
+
+
+def test_a_request_without_shared_memory_says_so() -> None:
+    request = decode(one_input(datatype="INT32", shape=[1], data=[1]))
+    assert not request.uses_shared_memory
+    assert request.inputs[0].shared_memory is None
+
+
+def test_an_output_in_shared_memory_is_sent_without_data() -> None:
+    # Triton's answer: the output's name, datatype and shape, and nothing else.
+    place = SharedMemoryRef("out", 0, 16)
+    outputs = [
+        OutputTensor("Y", "INT32", np.arange(4, dtype=np.int32).reshape(1, 4), True, place),
+        OutputTensor("W", "INT32", np.arange(2, dtype=np.int32), False),
+    ]
+    body, json_length = encode_infer_response(
+        model_name="m", model_version="1", request_id=None, outputs=outputs
+    )
+    assert json_length is None
+    assert orjson.loads(body)["outputs"] == [
+        {"name": "Y", "datatype": "INT32", "shape": [1, 4]},
+        {"name": "W", "datatype": "INT32", "shape": [2], "data": [0, 1]},
+    ]
+
+
+SHM_PARAMETER_ERRORS = [
+    pytest.param(
+        one_input(datatype="FP32", shape=[1], parameters={"shared_memory_region": 5}),
+        "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string",
+        id="input-region-int",
+    ),
+    pytest.param(
+        one_input(
+            datatype="FP32",
+            shape=[1],
+            parameters={"shared_memory_region": "r", "shared_memory_offset": -1},
         ),
-    ],
-)
-def test_shared_memory_is_unsupported(header: dict[str, Any], message: str) -> None:
-    with pytest.raises(UnsupportedError) as info:
+        "Unable to parse 'shared_memory_offset': " + NOT_UINT,
+        id="input-offset-negative",
+    ),
+    pytest.param(
+        one_input(
+            datatype="FP32",
+            shape=[1],
+            parameters={"shared_memory_region": "r", "shared_memory_byte_size": "4"},
+        ),
+        "Unable to parse 'shared_memory_byte_size': " + NOT_UINT,
+        id="input-size-string",
+    ),
+    pytest.param(
+        one_input(
+            datatype="FP32",
+            shape=[1],
+            parameters={"shared_memory_region": "r", "shared_memory_byte_size": True},
+        ),
+        "Unable to parse 'shared_memory_byte_size': " + NOT_UINT,
+        id="input-size-bool",
+    ),
+    pytest.param(
+        {"inputs": [], "outputs": [{"name": "Y", "parameters": {"shared_memory_region": None}}]},
+        "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string",
+        id="output-region-null",
+    ),
+    pytest.param(
+        {
+            "inputs": [],
+            "outputs": [
+                {
+                    "name": "Y",
+                    "parameters": {"shared_memory_region": "r", "shared_memory_offset": 1.5},
+                }
+            ],
+        },
+        "Unable to parse 'shared_memory_offset': " + NOT_UINT,
+        id="output-offset-float",
+    ),
+]
+
+
+@pytest.mark.parametrize(("header", "message"), SHM_PARAMETER_ERRORS)
+def test_shared_memory_parameter_errors(header: dict[str, Any], message: str) -> None:
+    # Triton answers these as INTERNAL (500), so the error is not an InvalidArgumentError.
+    with pytest.raises(SharedMemoryRequestError) as info:
         decode(header)
     assert info.value.message == message
 
@@ -1308,5 +1397,8 @@ def test_public_surface() -> None:
         "OutputTensor",
         "parse_header_length",
         "RAW_INPUT_NAME",
+        "REGION_PARAMETER",
         "RequestedOutput",
+        "shared_memory_ref",
+        "SharedMemoryRef",
     ]
