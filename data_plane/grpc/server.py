@@ -1,9 +1,12 @@
 """The gRPC listener: a grpc.aio server carrying the inference service, under the limits
-and keepalive options of :class:`~data_plane.grpc.settings.GrpcSettings`."""
+and keepalive options of :class:`~data_plane.grpc.settings.GrpcSettings`, and the listener
+`foundation.serving` starts and drains beside the HTTP one."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import grpc
@@ -11,6 +14,7 @@ import grpc
 from data_plane.grpc.servicer import InferenceServicer, service_handler
 from data_plane.grpc.settings import GrpcSettings
 from data_plane.handlers import Handlers
+from foundation.serving import ServerStartError, bind_socket
 
 logger = logging.getLogger(__name__)
 
@@ -69,3 +73,35 @@ async def start_grpc_server(server: grpc.aio.Server, host: str, port: int) -> in
     await server.start()
     logger.info("gRPC server listening on %s:%d", host, bound)
     return bound
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise OSError now if ``host:port`` cannot be bound, so that a port in use fails
+    before any server starts (gRPC binds only once its server is built, on the loop)."""
+    bind_socket(host, port).close()
+
+
+@contextlib.asynccontextmanager
+async def grpc_listener(
+    handlers: Callable[[], Handlers],
+    settings: GrpcSettings,
+    *,
+    host: str,
+    drain_timeout_s: float,
+) -> AsyncIterator[int]:
+    """The gRPC server as a listener for `foundation.serving.serve`: on entry it is built
+    over ``handlers()`` (called then, so that they may come from a listener started
+    before), bound to ``host`` and ``settings.grpc_port`` and started, and the bound port
+    is yielded; on exit it stops taking calls and gives those in flight up to
+    ``drain_timeout_s`` before cancelling them. A port that cannot be bound raises
+    ServerStartError."""
+    server = create_grpc_server(handlers(), settings)
+    try:
+        port = await start_grpc_server(server, host, settings.grpc_port)
+    except RuntimeError as exc:
+        raise ServerStartError(server="gRPC", reason=str(exc)) from None
+    try:
+        yield port
+    finally:
+        await server.stop(drain_timeout_s)
+        logger.info("gRPC server stopped")
