@@ -7,19 +7,22 @@
         ├── UnauthorizedError         missing or wrong admin token
         ├── ModelNotFoundError        no model registered under this name
         ├── ConflictError             the state says otherwise (name taken)
-        │   └── ModelExistsError
+        │   ├── ModelExistsError
+        │   └── StoreConflictError    (store.base) the store's own create/update clash
         ├── ControlPlaneUnavailableError  try again later
         │   ├── NoCapacityError       no worker has room and none can be started or freed
         │   ├── ActivationTimeoutError  the activation did not finish in time
         │   ├── WorkerStartError      a worker did not come up
         │   ├── NotActingError        this replica does not hold the lease
+        │   ├── StoreUnavailableError (store.errors) the state store did not answer
         │   └── KubeApiError          (backends.knative.errors) a Kubernetes API call failed
         ├── WorkerCallError           a worker could not be reached, or failed what it was asked
         │   └── LoadFailedError       the worker refused or failed the load
         └── KnativeConfigError        (backends.knative.errors) Knative lacks what pools need
 
-The state store's own failures (``store.errors``) stay plain exceptions: the admin API
-maps them itself, and the loops that survive an outage catch them by name.
+The state store's failures (``store.errors``) are leaves here too, so ``except
+ZeroserveError`` catches them with the rest; the admin API still answers them with texts of
+their own (``api.app``), and the loops that survive an outage catch them by name.
 ``control_plane.api.http_errors`` maps each class to a status code in one place.
 """
 

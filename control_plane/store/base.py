@@ -6,6 +6,7 @@ import abc
 from collections.abc import AsyncIterator
 from typing import Any
 
+from control_plane.errors import ConflictError
 from foundation.records import (
     FirstResponse,
     ModelRecord,
@@ -16,7 +17,7 @@ from foundation.records import (
 )
 
 
-class StoreConflictError(Exception):
+class StoreConflictError(ConflictError):
     """A create of something that exists, or an update of something that does not."""
 
 

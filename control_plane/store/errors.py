@@ -1,21 +1,27 @@
-"""What a state store raises on purpose.
+"""What a state store raises on purpose: the control plane's branch of the one error tree.
 
-    Exception
-    ├── StoreConflictError       a create of something that exists, or an update of something
-    │                            that does not (defined in ``store.base``, re-exported here)
-    └── StoreUnavailableError    the store could not be reached, or did not answer in time
+    ZeroserveError                          foundation.errors
+    └── ControlPlaneError                   control_plane.errors
+        ├── ConflictError
+        │   └── StoreConflictError          a create of something that exists, or an update
+        │                                   of something that does not (defined in
+        │                                   ``store.base``, re-exported here)
+        └── ControlPlaneUnavailableError
+            └── StoreUnavailableError       the store could not be reached, or did not
+                                            answer in time
 
 Both are free of HTTP; the admin API maps them (409 and 503 with ``Retry-After``) in one place.
 """
 
 from __future__ import annotations
 
+from control_plane.errors import ControlPlaneUnavailableError
 from control_plane.store.base import StoreConflictError
 
 __all__ = ["StoreConflictError", "StoreUnavailableError"]
 
 
-class StoreUnavailableError(Exception):
+class StoreUnavailableError(ControlPlaneUnavailableError):
     """The store could not be reached, or did not answer within its timeout.
 
     Raised instead of hanging: every store call is bounded. A retry later may succeed, and

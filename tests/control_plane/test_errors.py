@@ -21,6 +21,7 @@ from control_plane.errors import (
     WorkerCallError,
     WorkerStartError,
 )
+from control_plane.store.errors import StoreConflictError, StoreUnavailableError
 from foundation.errors import ZeroserveError
 
 
@@ -43,6 +44,13 @@ from foundation.errors import ZeroserveError
         pytest.param(WorkerCallError(worker="w", reason="reset"), 502, None, id="upstream"),
         pytest.param(
             LoadFailedError(model="m", worker="w", reason="400: x"), 502, None, id="load-failed"
+        ),
+        pytest.param(StoreConflictError("model 'm' already exists"), 409, None, id="store-clash"),
+        pytest.param(
+            StoreUnavailableError(store="memory", operation="get_model", reason="closed"),
+            503,
+            "1",
+            id="store-unavailable",
         ),
         pytest.param(ZeroserveError("unmapped"), 500, None, id="base"),
     ],
@@ -71,3 +79,11 @@ def test_messages_are_built_from_the_fields():
         "worker w1: loading model 'm' failed: boom"
     )
     assert NoCapacityError(model="m", reason="full").message == "no worker can take model 'm': full"
+
+
+def test_the_state_store_errors_are_in_the_one_tree():
+    """``except ZeroserveError`` (or ``ControlPlaneError``) catches a store failure too."""
+    unavailable = StoreUnavailableError(store="memory", operation="get_model", reason="closed")
+    assert isinstance(unavailable, ControlPlaneUnavailableError)
+    assert unavailable.message == "state store memory unavailable during get_model: closed"
+    assert isinstance(StoreConflictError("clash"), ConflictError)
