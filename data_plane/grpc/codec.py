@@ -7,7 +7,10 @@ body decodes to, and an :class:`~data_plane.handlers.infer.InferResponse` become
 Input data comes, as in Triton, from the typed ``contents`` of a tensor or from
 ``raw_input_contents`` (one entry per input without ``contents``, in order; entries left
 over are ignored); never from both in one request. Outputs always go out as
-``raw_output_contents``, as Triton's gRPC front end sends them. Checks and texts follow
+``raw_output_contents``, as Triton's gRPC front end sends them. An input or requested output
+whose ``shared_memory_*`` parameters place it in a registered region carries that place
+(`SharedMemoryRef`) for the infer handler to read or write; such an output goes out with an
+empty ``raw_output_contents`` entry, as in Triton. Checks and texts follow
 Triton's gRPC front end (``[request id: <id>]``-prefixed where Triton's core gives the
 error); binary tensors go through the same decoder as HTTP's binary extension.
 """
@@ -26,11 +29,16 @@ from google.protobuf.message import DecodeError, Message
 from data_plane.errors import (
     InternalError,
     InvalidArgumentError,
-    UnsupportedError,
     request_prefix,
 )
 from data_plane.handlers.infer import InferResponse
-from data_plane.protocol import InferInput, InferRequest, RequestedOutput
+from data_plane.protocol import (
+    REGION_PARAMETER,
+    InferInput,
+    InferRequest,
+    RequestedOutput,
+    SharedMemoryRef,
+)
 from data_plane.protocol.request import check_shape
 from data_plane.protocol.response import bytes_elements, frame_bytes, wire_array
 from data_plane.protocol.tensors import WIRE_DTYPES, bytes_array, decode_binary
@@ -41,11 +49,10 @@ _VERSION_RE: Final = re.compile(r"\s*[+-]?[0-9]+")
 _INT64_MAX: Final = 2**63 - 1
 _RESERVED_PREFIX: Final = "triton_"
 _ALLOWED_RESERVED: Final = ("triton_enable_empty_final_response",)
-_SHARED_MEMORY_KEYS: Final = (
-    "shared_memory_region",
-    "shared_memory_offset",
-    "shared_memory_byte_size",
-)
+_UINT64_MASK: Final = 2**64 - 1
+_NO_DATA: Final = np.empty(0, dtype=np.uint8)
+"""The data of an input in shared memory until the infer handler reads it."""
+_NO_DATA.flags.writeable = False
 
 # Typed contents, in the order Triton reads them, with the numpy type each carries.
 _CONTENT_FIELDS: Final = (
@@ -126,16 +133,17 @@ def decode_infer_request(message: pb.ModelInferRequest, model: str) -> InferRequ
     for name, tensor in zip(names, tensors, strict=True):
         datatype = tensor.datatype
         shape = tuple(tensor.shape[:])
-        if tensor.parameters and _uses_shared_memory(tensor.parameters, name):
+        place = _shared_memory(tensor.parameters, name) if tensor.parameters else None
+        if place is not None:
             if tensor.HasField("contents"):
                 raise InvalidArgumentError(
                     "unexpected 'content' provided when using shared memory for input tensor "
                     f"'{name}' for model '{model}'"
                 )
-            raise UnsupportedError(
-                f"input '{name}' uses shared memory, which this server does not support; "
-                "send its data in the request"
-            )
+            _check_shape(name, datatype, shape, prefix)
+            request.uses_shared_memory = True
+            request.inputs.append(InferInput(name, datatype, shape, _NO_DATA, place))
+            continue
         if tensor.HasField("contents"):
             if raw:
                 raise InvalidArgumentError(
@@ -154,6 +162,8 @@ def decode_infer_request(message: pb.ModelInferRequest, model: str) -> InferRequ
         request.inputs.append(InferInput(name, datatype, shape, data))
     if message.outputs:
         request.outputs = _requested_outputs(message.outputs)
+        if any(o.shared_memory is not None for o in request.outputs):
+            request.uses_shared_memory = True
     return request
 
 
@@ -169,7 +179,9 @@ def encode_infer_response(response: InferResponse) -> pb.ModelInferResponse:
                 name=output.name, datatype=output.datatype, shape=data.shape
             )
         )
-        if output.datatype == "BYTES":
+        if output.shared_memory is not None:
+            contents.append(b"")  # written to its region; Triton keeps the entry, empty
+        elif output.datatype == "BYTES":
             contents.append(frame_bytes(bytes_elements(data)))
         else:
             contents.append(wire_array(output.datatype, data).tobytes())
@@ -225,22 +237,26 @@ def _wrong_type(key: str, expected: str) -> InvalidArgumentError:
     return InvalidArgumentError(f"invalid value type for '{key}' parameter, expected {expected}.")
 
 
-def _uses_shared_memory(parameters: Mapping[str, pb.InferParameter], tensor: str) -> bool:
-    """Whether a tensor's parameters place it in shared memory, checked with Triton's
-    texts."""
-    region = parameters.get("shared_memory_region")
+def _shared_memory(
+    parameters: Mapping[str, pb.InferParameter], tensor: str
+) -> SharedMemoryRef | None:
+    """Where a tensor's parameters place it in shared memory (None: they do not), checked
+    with Triton's gRPC texts. Offsets and sizes are int64 on the wire and unsigned to
+    Triton: a negative one becomes a huge one, which the region's bounds then refuse."""
+    region = parameters.get(REGION_PARAMETER)
     if region is not None and region.WhichOneof("parameter_choice") != "string_param":
         raise InvalidArgumentError(
-            "invalid value type for 'shared_memory_region' parameter for tensor "
-            f"'{tensor}', expected string_param."
+            f"invalid value type for '{REGION_PARAMETER}' parameter for tensor '{tensor}', "
+            "expected string_param."
         )
-    for key in _SHARED_MEMORY_KEYS[1:]:
+    place = [0, 0]
+    for index, key in enumerate(("shared_memory_offset", "shared_memory_byte_size")):
         parameter = parameters.get(key)
         if parameter is None:
             continue
         if region is None:
             raise InvalidArgumentError(
-                f"'{key}' can not be specified without 'shared_memory_region' parameter for "
+                f"'{key}' can not be specified without '{REGION_PARAMETER}' parameter for "
                 f"tensor '{tensor}'"
             )
         if parameter.WhichOneof("parameter_choice") != "int64_param":
@@ -248,12 +264,15 @@ def _uses_shared_memory(parameters: Mapping[str, pb.InferParameter], tensor: str
                 f"invalid value type for '{key}' parameter for tensor '{tensor}', expected "
                 "int64_param."
             )
-    if region is not None and "shared_memory_byte_size" not in parameters:
+        place[index] = parameter.int64_param & _UINT64_MASK
+    if region is None:
+        return None
+    if "shared_memory_byte_size" not in parameters:
         raise InvalidArgumentError(
-            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"'shared_memory_byte_size' must be specified along with '{REGION_PARAMETER}' "
             f"parameter for tensor '{tensor}'"
         )
-    return region is not None
+    return SharedMemoryRef(region.string_param, place[0], place[1])
 
 
 def _field_datatype(field: str, datatype: str) -> str:
@@ -323,20 +342,16 @@ def _requested_outputs(
     requested: list[RequestedOutput] = []
     seen: set[str] = set()
     for output in outputs:
-        uses_shm = bool(output.parameters) and _uses_shared_memory(output.parameters, output.name)
+        place = _shared_memory(output.parameters, output.name) if output.parameters else None
         count = _classification(output.parameters)
-        if uses_shm and count:
+        if place is not None and count:
             raise InvalidArgumentError(
                 "output can't set both 'shared_memory_region' and 'classification'"
-            )
-        if uses_shm:
-            raise UnsupportedError(
-                f"output '{output.name}' asks for shared memory, which this server does not support"
             )
         # Triton answers an output named twice once.
         if output.name not in seen:
             seen.add(output.name)
-            requested.append(RequestedOutput(output.name, None, count))
+            requested.append(RequestedOutput(output.name, None, count, place))
     return requested
 
 

@@ -10,6 +10,7 @@ from google.protobuf import json_format
 from data_plane.handlers.models import ModelMetadata, TensorMetadata, VersionStats
 from data_plane.handlers.server import ServerMetadata
 from data_plane.repository import IndexEntry
+from data_plane.shared_memory import CudaRegionStatus, RegionStatus
 from foundation.proto import grpc_service_pb2 as pb
 
 
@@ -74,3 +75,28 @@ def repository_parameters(
         choice = parameter.WhichOneof("parameter_choice")
         values[key] = None if choice is None else getattr(parameter, choice)
     return values
+
+
+def system_shared_memory_status(
+    regions: Iterable[RegionStatus],
+) -> pb.SystemSharedMemoryStatusResponse:
+    response = pb.SystemSharedMemoryStatusResponse()
+    for region in regions:
+        status = response.regions[region.name]
+        status.name, status.key = region.name, region.key
+        status.offset, status.byte_size = region.offset, region.byte_size
+    return response
+
+
+def cuda_shared_memory_status(
+    regions: Iterable[CudaRegionStatus],
+) -> pb.CudaSharedMemoryStatusResponse:
+    response = pb.CudaSharedMemoryStatusResponse()
+    for region in regions:
+        status = response.regions[region.name]
+        status.name, status.device_id, status.byte_size = (
+            region.name,
+            region.device_id,
+            region.byte_size,
+        )
+    return response

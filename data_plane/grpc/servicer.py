@@ -26,7 +26,6 @@ from data_plane.grpc.codec import (
     model_version,
     parse,
 )
-from data_plane.grpc.cuda_shared_memory import CudaSharedMemoryServicer
 from data_plane.grpc.status import abort
 from data_plane.grpc.stream import StreamInfer
 from data_plane.handlers import Handlers
@@ -44,7 +43,6 @@ class InferenceServicer:
     def __init__(self, handlers: Handlers, *, stream_max_in_flight: int) -> None:
         self._handlers = handlers
         self._stream = StreamInfer(self.ModelInfer, max_in_flight=stream_max_in_flight)
-        self._cuda = CudaSharedMemoryServicer()
 
     async def ServerLive(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._handlers.server.live())
@@ -116,20 +114,45 @@ class InferenceServicer:
         await self._handlers.repository.unload(request.model_name, parameters)
         return pb.RepositoryModelUnloadResponse()
 
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        regions = self._handlers.shared_memory.system.status(request.name or None)
+        return messages.system_shared_memory_status(regions)
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        self._handlers.shared_memory.system.register(
+            request.name, request.key, request.offset, request.byte_size
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        self._handlers.shared_memory.system.unregister(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest
     ) -> pb.CudaSharedMemoryStatusResponse:
-        return self._cuda.status(request)
+        regions = self._handlers.shared_memory.cuda.status(request.name or None)
+        return messages.cuda_shared_memory_status(regions)
 
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest
     ) -> pb.CudaSharedMemoryRegisterResponse:
-        return self._cuda.register(request)
+        self._handlers.shared_memory.cuda.register(
+            request.name, request.raw_handle, request.device_id, request.byte_size
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        return self._cuda.unregister(request)
+        self._handlers.shared_memory.cuda.unregister(request.name or None)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
         raise UnavailableError("the server does not support trace")
@@ -150,6 +173,9 @@ _UNARY: Final[dict[str, type[Message]]] = {
     "RepositoryIndex": pb.RepositoryIndexRequest,
     "RepositoryModelLoad": pb.RepositoryModelLoadRequest,
     "RepositoryModelUnload": pb.RepositoryModelUnloadRequest,
+    "SystemSharedMemoryStatus": pb.SystemSharedMemoryStatusRequest,
+    "SystemSharedMemoryRegister": pb.SystemSharedMemoryRegisterRequest,
+    "SystemSharedMemoryUnregister": pb.SystemSharedMemoryUnregisterRequest,
     "CudaSharedMemoryStatus": pb.CudaSharedMemoryStatusRequest,
     "CudaSharedMemoryRegister": pb.CudaSharedMemoryRegisterRequest,
     "CudaSharedMemoryUnregister": pb.CudaSharedMemoryUnregisterRequest,

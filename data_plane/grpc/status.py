@@ -24,6 +24,7 @@ from data_plane.errors import (
     UnsupportedError,
     ZeroserveError,
 )
+from data_plane.shared_memory import RegionExistsError
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ STATUS: Final[dict[type[BaseException], grpc.StatusCode]] = {
     UnavailableError: grpc.StatusCode.UNAVAILABLE,
     UnsupportedError: grpc.StatusCode.UNIMPLEMENTED,
     InternalError: grpc.StatusCode.INTERNAL,
+    RegionExistsError: grpc.StatusCode.ALREADY_EXISTS,
 }
 """Error class → code; a subclass takes the code of its nearest mapped ancestor, and a
 class mapped nowhere in its MRO is INTERNAL."""

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from data_plane.errors import InvalidArgumentError, UnsupportedError
+from data_plane.errors import InvalidArgumentError
 from data_plane.grpc.codec import (
     UnparsableMessageError,
     decode_infer_request,
@@ -17,7 +17,7 @@ from data_plane.grpc.codec import (
     parse,
 )
 from data_plane.handlers.infer import InferResponse
-from data_plane.protocol import OutputTensor
+from data_plane.protocol import OutputTensor, SharedMemoryRef
 from foundation.proto import grpc_service_pb2 as pb
 
 Tensor = pb.ModelInferRequest.InferInputTensor
@@ -216,7 +216,7 @@ def test_requested_outputs() -> None:
     )
 
 
-def test_shared_memory_parameters_are_checked_then_refused() -> None:
+def test_shared_memory_places() -> None:
     tensor = Tensor(name="x", datatype="INT32", shape=[1])
     tensor.parameters["shared_memory_region"].string_param = "r"
     assert refused(request_with(tensor)) == (
@@ -224,8 +224,17 @@ def test_shared_memory_parameters_are_checked_then_refused() -> None:
         "parameter for tensor 'x'"
     )
     tensor.parameters["shared_memory_byte_size"].int64_param = 4
-    with pytest.raises(UnsupportedError):
-        decode_infer_request(request_with(tensor), "m")
+    tensor.parameters["shared_memory_offset"].int64_param = -1
+    decoded = decode_infer_request(request_with(tensor), "m")
+    assert decoded.uses_shared_memory
+    # Unsigned, as Triton takes it: the region's bounds refuse it later.
+    assert decoded.inputs[0].shared_memory == SharedMemoryRef("r", 2**64 - 1, 4)
+    assert decoded.inputs[0].data.size == 0
+    tensor.parameters["shared_memory_byte_size"].string_param = "4"
+    assert refused(request_with(tensor)) == (
+        "invalid value type for 'shared_memory_byte_size' parameter for tensor 'x', expected "
+        "int64_param."
+    )
     lone = Tensor(name="x", datatype="INT32", shape=[1])
     lone.parameters["shared_memory_offset"].int64_param = 0
     assert refused(request_with(lone, [b"\0\0\0\0"])) == (

@@ -362,7 +362,7 @@ CASES = [
         "CudaSharedMemoryUnregister",
         pb.CudaSharedMemoryUnregisterRequest(name="x"),
     ),
-    # Triton's wheel has CUDA and fails on the handle; zeroserve has none and says so.
+    # Triton's wheel has CUDA and fails on the handle; zeroserve has none and adds why.
     rpc(
         "cuda shared memory register",
         "CudaSharedMemoryRegister",
