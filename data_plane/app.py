@@ -16,14 +16,26 @@ from starlette.routing import BaseRoute
 from data_plane import http_errors
 from data_plane.errors import ZeroserveError
 from data_plane.handlers import Handlers
+from data_plane.log_settings import LogControl
 from data_plane.metrics import Metrics
 from data_plane.openai import routes as openai_routes
 from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
-from data_plane.routes import generate, infer, metrics, models, repository, server, shared_memory
+from data_plane.routes import (
+    generate,
+    infer,
+    log_settings,
+    metrics,
+    models,
+    repository,
+    server,
+    shared_memory,
+    trace,
+)
 from data_plane.routes.state import ServerState
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 from data_plane.state import Lifecycle, is_explicit
 from data_plane.storage import CacheSettings, NodeCache, parse_storage_uri
+from data_plane.trace import TraceManager
 from foundation.http import handle_http_exception, handle_unexpected
 from runtimes.base import RuntimeOptions
 from runtimes.registry import RuntimeFactory
@@ -152,7 +164,16 @@ def create_app(
             watch_engines(repo, lifecycle, settings.engine_watchdog_interval_s, on_engine_dead),
             name="engine-watchdog",
         )
-        handlers = Handlers.create(repo, lifecycle, metrics_, is_explicit=is_explicit(settings))
+        tracing = TraceManager(settings)
+        log_control = LogControl()
+        handlers = Handlers.create(
+            repo,
+            lifecycle,
+            metrics_,
+            is_explicit=is_explicit(settings),
+            tracing=tracing,
+            log_control=log_control,
+        )
         try:
             yield ServerState(
                 settings=settings,
@@ -169,6 +190,9 @@ def create_app(
                 await repo.close()
             finally:
                 handlers.close()
+                # After the drain: the last requests' traces are written too.
+                await tracing.close(timeout_s=settings.exit_timeout_s)
+                log_control.close()
                 await cache.close()
 
     route_table: list[BaseRoute] = [
@@ -180,6 +204,8 @@ def create_app(
         *repository.routes,
         *metrics.routes,
         *shared_memory.routes,
+        *trace.routes,
+        *log_settings.routes,
     ]
     # Outermost first. InferEndpoint answers infer requests before Starlette's routing and
     # exception layers, which cost more than the inference itself on small models.

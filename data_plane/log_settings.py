@@ -43,8 +43,7 @@ class LogSettings:
     log_warning: bool
     log_error: bool
     log_verbose_level: int
-    """As Triton keeps it: a signed 32-bit value (transports show it unsigned, as Triton's
-    do)."""
+    """As Triton keeps it: the level asked for, cast to a C int32, negative ones as 0."""
     log_format: LogFormat
 
 
@@ -102,9 +101,10 @@ class LogControl:
         if update.log_error is not None:
             self._error = update.log_error
         if update.log_verbose_level is not None:
-            # Triton keeps the level as a C int32: larger values wrap.
+            # Triton casts the level to a C int32 (larger values wrap) and keeps a negative
+            # one as 0.
             wrapped = update.log_verbose_level % _INT32
-            self._verbose_level = wrapped - _INT32 if wrapped >= _INT32 // 2 else wrapped
+            self._verbose_level = wrapped if wrapped < _INT32 // 2 else 0
         if update.log_format is not None:
             self._format = update.log_format
             for handler, formatter in self._original_formatters.items():

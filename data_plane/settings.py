@@ -9,6 +9,7 @@ from typing import Annotated
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from data_plane.trace.settings import TraceConfig
 from foundation.http import ServerLimits
 
 
@@ -19,10 +20,11 @@ class ModelControlMode(enum.StrEnum):
     EXPLICIT = "explicit"
 
 
-class DataPlaneSettings(BaseSettings, ServerLimits):
+class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig):
     """How one inference server process runs. Environment: ``ZEROSERVE_DATA_PLANE_*``.
 
-    The HTTP server's connection limits are `ServerLimits`'.
+    The HTTP server's connection limits are `ServerLimits`'; the start-up trace settings
+    (Triton's ``--trace-config``, ``ZEROSERVE_DATA_PLANE_TRACE_FILE``...) `TraceConfig`'s.
     """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_DATA_PLANE_", frozen=True)

@@ -8,7 +8,9 @@ transport's statuses is the transport's job.
 Modules: `server` (health, metadata, metrics), `models` (per-model metadata, readiness,
 config, statistics), `infer`, `repository` (index, load, unload, sleep, wake), `generate`
 (Triton's generate extension on LLMs), `shared_memory` (the shared-memory registries, which
-every transport of one server shares through ``Handlers.shared_memory``).
+every transport of one server shares through ``Handlers.shared_memory``), `trace` (trace
+settings, over `data_plane.trace`). The logging settings' handler is
+`data_plane.log_settings.LogControl` itself.
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ from data_plane.handlers.models import ModelHandlers
 from data_plane.handlers.repository import RepositoryHandlers
 from data_plane.handlers.server import ServerHandlers
 from data_plane.handlers.shared_memory import SharedMemoryHandlers
+from data_plane.handlers.trace import TraceHandler
+from data_plane.log_settings import LogControl
 from data_plane.metrics import Metrics
 from data_plane.repository import ModelRepository
 from data_plane.shared_memory import CudaSharedMemory, SystemSharedMemory
 from data_plane.state import Lifecycle
+from data_plane.trace import TraceConfig, TraceManager
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,8 @@ class Handlers:
     repository: RepositoryHandlers
     generate: GenerateHandler
     shared_memory: SharedMemoryHandlers
+    trace: TraceHandler
+    logging: LogControl
 
     @classmethod
     def create(
@@ -50,17 +57,24 @@ class Handlers:
         metrics: Metrics,
         *,
         is_explicit: bool,
+        tracing: TraceManager | None = None,
+        log_control: LogControl | None = None,
     ) -> Handlers:
         """The handlers of a server serving ``repository``; ``is_explicit``: model control
-        (load, unload, sleep, wake) is allowed."""
+        (load, unload, sleep, wake) is allowed. ``tracing`` and ``log_control`` are the
+        server's (their owner closes them); by default tracing cannot be turned on (no
+        trace file) and logging is the process's root logger."""
+        tracing = tracing or TraceManager(TraceConfig())
         shared_memory = SharedMemoryHandlers(SystemSharedMemory(), CudaSharedMemory())
         return cls(
             server=ServerHandlers(repository, lifecycle, metrics),
             models=ModelHandlers(repository),
-            infer=InferHandler(repository, lifecycle, shared_memory),
+            infer=InferHandler(repository, lifecycle, shared_memory, tracing),
             repository=RepositoryHandlers(repository, is_explicit=is_explicit),
             generate=GenerateHandler(repository, lifecycle),
             shared_memory=shared_memory,
+            trace=TraceHandler(tracing, repository),
+            logging=log_control or LogControl(),
         )
 
     def close(self) -> None:
@@ -77,4 +91,5 @@ __all__ = [
     "RepositoryHandlers",
     "ServerHandlers",
     "SharedMemoryHandlers",
+    "TraceHandler",
 ]

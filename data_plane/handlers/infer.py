@@ -19,6 +19,7 @@ from data_plane.handlers.shared_memory import SharedMemoryHandlers
 from data_plane.protocol import InferRequest, OutputTensor
 from data_plane.repository import LoadedVersion, ModelRepository
 from data_plane.state import Lifecycle
+from data_plane.trace import TraceManager
 
 
 # Not frozen: built once per request on the hot path, where a frozen dataclass's __init__
@@ -41,10 +42,12 @@ class InferHandler:
         repository: ModelRepository,
         lifecycle: Lifecycle,
         shared_memory: SharedMemoryHandlers,
+        tracer: TraceManager | None = None,
     ) -> None:
         self._repository = repository
         self._lifecycle = lifecycle
         self._shared_memory = shared_memory
+        self._tracer = tracer
 
     def model(self, name: str, version: int | None = None) -> LoadedVersion:
         """The serving version a request for ``name`` (and ``version``) goes to.
@@ -63,10 +66,10 @@ class InferHandler:
         the shared-memory errors of ``data_plane.shared_memory`` for its regions)."""
         if request.uses_shared_memory:
             async with self._shared_memory.place(request, model.name) as placed:
-                outputs = await inference.infer(model, request)
+                outputs = await inference.infer(model, request, self._tracer)
                 await placed.write(outputs)
         else:
-            outputs = await inference.infer(model, request)
+            outputs = await inference.infer(model, request, self._tracer)
         return InferResponse(
             model_name=model.name,
             model_version=str(model.version),

@@ -22,6 +22,8 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 """Triton's extension names for what this server implements, in Triton's order."""
 

@@ -97,7 +97,9 @@ def test_verbose_level_turns_debug_on(logger: logging.Logger, output: io.StringI
 def test_verbose_level_is_kept_as_tritons_int32(logger: logging.Logger):
     control = LogControl(logger)
     assert control.update(LogUpdate(log_verbose_level=2**40)).log_verbose_level == 0
-    assert control.update(LogUpdate(log_verbose_level=2**32 - 1)).log_verbose_level == -1
+    assert control.update(LogUpdate(log_verbose_level=2**32 + 5)).log_verbose_level == 5
+    assert control.update(LogUpdate(log_verbose_level=2**31)).log_verbose_level == 0
+    assert control.update(LogUpdate(log_verbose_level=2**31 - 1)).log_verbose_level == 2**31 - 1
 
 
 def test_iso8601_format_and_back(logger: logging.Logger, output: io.StringIO):
