@@ -2,13 +2,15 @@
 
 Mixed into the data plane's settings (``class DataPlaneSettings(BaseSettings, ServerLimits,
 TraceConfig)``), so they are read under its prefix: ``ZEROSERVE_DATA_PLANE_TRACE_FILE``,
-``ZEROSERVE_DATA_PLANE_TRACE_LEVEL=TIMESTAMPS`` and so on. The trace file can only be set
-here: Triton refuses to change it through the protocol.
+``ZEROSERVE_DATA_PLANE_TRACE_LEVEL=TIMESTAMPS`` and so on; :func:`trace_config_overrides`
+reads Triton's ``--trace-config`` options into the same fields. The trace file can only be
+set here: Triton refuses to change it through the protocol.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import NoDecode
@@ -66,3 +68,39 @@ class TraceConfig(BaseModel):
             if name != "OFF":
                 level |= TraceLevel[name]
         return level
+
+
+_GLOBAL_OPTIONS = {"rate": "trace_rate", "count": "trace_count"}
+_TRITON_OPTIONS = {"file": "trace_file", "log-frequency": "trace_log_frequency"}
+
+
+def trace_config_overrides(options: Sequence[str]) -> dict[str, Any]:
+    """:class:`TraceConfig` fields from Triton's ``--trace-config`` options: ``level=<OFF|
+    TIMESTAMPS|TENSORS>`` (repeatable), ``rate=<n>``, ``count=<n>``, ``mode=triton``,
+    ``triton,file=<path>``, ``triton,log-frequency=<n>``. Values are checked when the
+    settings are built; raises ValueError for an option of another form or mode
+    (``opentelemetry`` is not supported)."""
+    fields: dict[str, Any] = {}
+    levels: list[str] = []
+    for option in options:
+        mode, _, setting = option.rpartition(",")
+        name, equals, value = setting.partition("=")
+        if not equals or not name:
+            raise ValueError(
+                f"--trace-config option format is '<trace mode>,<setting>=<value>' or "
+                f"'<setting>=<value>', got '{option}'"
+            )
+        if mode in ("", "triton") and name == "mode":
+            if value != "triton":
+                raise ValueError(f"trace mode '{value}' is not supported; use triton")
+        elif mode == "" and name == "level":
+            levels.append(value)
+        elif mode == "" and name in _GLOBAL_OPTIONS:
+            fields[_GLOBAL_OPTIONS[name]] = value
+        elif mode == "triton" and name in _TRITON_OPTIONS:
+            fields[_TRITON_OPTIONS[name]] = value
+        else:
+            raise ValueError(f"unknown --trace-config setting '{option}'")
+    if levels:
+        fields["trace_level"] = tuple(levels)
+    return fields
