@@ -62,8 +62,9 @@ class Handlers:
     ) -> Handlers:
         """The handlers of a server serving ``repository``; ``is_explicit``: model control
         (load, unload, sleep, wake) is allowed. ``tracing`` and ``log_control`` are the
-        server's (their owner closes them); by default tracing cannot be turned on (no
-        trace file) and logging is the process's root logger."""
+        server's; its owner closes ``tracing`` (the last writes are awaited) and :meth:`close`
+        puts the logging back. By default tracing cannot be turned on (no trace file) and
+        logging is the process's root logger's."""
         tracing = tracing or TraceManager(TraceConfig())
         shared_memory = SharedMemoryHandlers(SystemSharedMemory(), CudaSharedMemory())
         return cls(
@@ -79,8 +80,10 @@ class Handlers:
 
     def close(self) -> None:
         """Let go of what the handlers hold beyond the repository: every shared-memory region
-        (the server stops; requests still using one finish with it first)."""
+        (the server stops; requests still using one finish with it first), and the logging
+        as it was before any logging settings were changed."""
         self.shared_memory.close()
+        self.logging.close()
 
 
 __all__ = [
