@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from data_plane.grpc.server import create_grpc_server, start_grpc_server
-from data_plane.grpc.settings import GrpcSettings
+from foundation.grpc_limits import GrpcLimits
 from tests.data_plane.server_app import Core, data_plane_core
 
 START_TIMEOUT_S = 120.0
@@ -44,7 +44,7 @@ class GrpcServing:
 def serving(
     repo: Path,
     cache_dir: Path,
-    settings: GrpcSettings | None = None,
+    limits: GrpcLimits | None = None,
     **core_options: Any,
 ) -> Iterator[GrpcServing]:
     """A gRPC listener on a free port over ``data_plane_core(repo, cache_dir,
@@ -55,7 +55,7 @@ def serving(
 
     async def main() -> None:
         async with data_plane_core(repo, cache_dir, **core_options) as core:
-            server = create_grpc_server(core.handlers, settings or GrpcSettings())
+            server = create_grpc_server(core.handlers, limits or GrpcLimits())
             port = await start_grpc_server(server, "127.0.0.1", 0)
             stop = asyncio.Event()
             started.append(GrpcServing(port, core, asyncio.get_running_loop(), stop))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from data_plane.grpc.server import check_port, grpc_listener
-from data_plane.grpc.settings import GrpcSettings
+from foundation.grpc_limits import GrpcLimits
 from foundation.proto import grpc_service_pb2 as pb
 from foundation.serving import ServerStartError
 from tests.data_plane.server_app import data_plane_core
@@ -39,10 +39,9 @@ def infer_request() -> pb.ModelInferRequest:
 
 async def test_serves_on_its_port_until_left(repo: Path, tmp_path: Path) -> None:
     [port] = free_ports(1)
-    settings = GrpcSettings(grpc_port=port)
     async with data_plane_core(repo, tmp_path / "cache", load_models=("add_sub",)) as core:
         async with grpc_listener(
-            lambda: core.handlers, settings, host="127.0.0.1", drain_timeout_s=5.0
+            lambda: core.handlers, GrpcLimits(), host="127.0.0.1", port=port, drain_timeout_s=5.0
         ) as bound:
             assert bound == port
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -77,8 +76,9 @@ async def test_a_port_in_use_is_refused(repo: Path, tmp_path: Path) -> None:
             with pytest.raises(ServerStartError, match="the gRPC server did not start"):
                 async with grpc_listener(
                     lambda: core.handlers,
-                    GrpcSettings(grpc_port=port),
+                    GrpcLimits(),
                     host="127.0.0.1",
+                    port=port,
                     drain_timeout_s=1.0,
                 ):
                     pass
@@ -87,13 +87,16 @@ async def test_a_port_in_use_is_refused(repo: Path, tmp_path: Path) -> None:
 async def test_leaving_lets_a_call_in_flight_finish(repo: Path, tmp_path: Path) -> None:
     [port] = free_ports(1)
     address = f"127.0.0.1:{port}"
-    settings = GrpcSettings(grpc_port=port)
     async with data_plane_core(repo, tmp_path / "cache", load_models=("add_sub",)) as core:
         started, leave = asyncio.Event(), asyncio.Event()
 
         async def listen() -> None:
             async with grpc_listener(
-                lambda: core.handlers, settings, host="127.0.0.1", drain_timeout_s=30.0
+                lambda: core.handlers,
+                GrpcLimits(),
+                host="127.0.0.1",
+                port=port,
+                drain_timeout_s=30.0,
             ):
                 started.set()
                 await leave.wait()

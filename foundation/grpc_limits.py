@@ -1,24 +1,30 @@
-"""How the data plane's gRPC listener runs: its port, message sizes, keepalive and bounds.
+"""The limits and keepalive of a zeroserve gRPC server, and the gRPC core options that
+carry them: what `ServerLimits` is for HTTP servers.
 
-Mixed into the server's settings (as the HTTP limits are), so each field reads under the
-server's environment prefix (``ZEROSERVE_DATA_PLANE_GRPC_PORT``...). The keepalive fields
-are Triton's ``--grpc-keepalive-*`` and ``--grpc-http2-*`` flags, with Triton's defaults.
+The keepalive fields are Triton's ``--grpc-keepalive-*`` and ``--grpc-http2-*`` flags, with
+Triton's defaults. Message sizes are bounded (Triton takes up to 2 GiB in).
 """
 
 from __future__ import annotations
 
+from typing import Final
+
 from pydantic import BaseModel, ConfigDict, Field
 
-_INT32_MAX = 2**31 - 1
+_INT32_MAX: Final = 2**31 - 1
+_UNSET: Final = 0
 
 
-class GrpcSettings(BaseModel):
-    """The gRPC listener's settings."""
+class GrpcLimits(BaseModel):
+    """The bounds and keepalive a zeroserve gRPC server puts on its clients' connections.
+
+    Mixed into each server's settings (``class DataPlaneSettings(BaseSettings, ...,
+    GrpcLimits)``), so each reads them under its own environment prefix, e.g.
+    ``ZEROSERVE_DATA_PLANE_GRPC_MAX_RECEIVE_BYTES``; the port is each server's own field.
+    """
 
     model_config = ConfigDict(frozen=True)
 
-    grpc_port: int = Field(default=8001, ge=0, le=65535)
-    """Port of the gRPC server (Triton's default); 0 serves no gRPC."""
     grpc_max_receive_bytes: int = Field(default=64 * 2**20, ge=1024, le=_INT32_MAX)
     """Largest request message; past it the call fails with RESOURCE_EXHAUSTED before the
     message is read whole. Triton takes up to 2 GiB; the default matches HTTP's input limit
@@ -54,3 +60,31 @@ class GrpcSettings(BaseModel):
     grpc_max_connection_age_grace_ms: int = Field(default=0, ge=0)
     """Grace given to calls on a connection past its age; 0 means gRPC's default
     (``--grpc-max-connection-age-grace``)."""
+
+
+def channel_options(limits: GrpcLimits) -> list[tuple[str, int]]:
+    """gRPC core's server channel arguments for ``limits`` (those Triton sets for its
+    flags)."""
+    options = [
+        ("grpc.max_receive_message_length", limits.grpc_max_receive_bytes),
+        ("grpc.max_send_message_length", limits.grpc_max_send_bytes),
+        ("grpc.keepalive_time_ms", limits.grpc_keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", limits.grpc_keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(limits.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", limits.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            limits.grpc_http2_min_recv_ping_interval_without_data_ms,
+        ),
+        ("grpc.http2.max_ping_strikes", limits.grpc_http2_max_ping_strikes),
+        # gRPC sets SO_REUSEPORT by default, which would let a second server bind a port in
+        # use and share its connections; a port must belong to one server, as in Triton.
+        ("grpc.so_reuseport", 0),
+    ]
+    if limits.grpc_max_connection_age_ms != _UNSET:
+        options.append(("grpc.max_connection_age_ms", limits.grpc_max_connection_age_ms))
+    if limits.grpc_max_connection_age_grace_ms != _UNSET:
+        options.append(
+            ("grpc.max_connection_age_grace_ms", limits.grpc_max_connection_age_grace_ms)
+        )
+    return options
