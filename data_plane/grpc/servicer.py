@@ -5,9 +5,8 @@ encodes the answer; errors become statuses in ``status`` alone. Messages are par
 rather than by gRPC so that a malformed one gets Triton's answer (INTERNAL, "Unable to
 parse request") instead of gRPC's own.
 
-Trace and log settings have no core to act on yet: TraceSetting and LogSettings answer as
-a Triton built without tracing or logging does (UNAVAILABLE). Neither is listed among the
-server metadata's extensions.
+The shared-memory, trace and log RPCs act on the server's one registry, trace manager and
+log control, which its HTTP routes act on too.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ from typing import Any, Final
 import grpc
 from google.protobuf.message import Message
 
-from data_plane.errors import NotFoundError, UnavailableError, UnknownModelError, UnsupportedError
-from data_plane.grpc import messages
+from data_plane.errors import NotFoundError, UnknownModelError, UnsupportedError
+from data_plane.grpc import messages, settings_rpcs
 from data_plane.grpc.codec import (
     decode_infer_request,
     encode_infer_response,
@@ -155,10 +154,22 @@ class InferenceServicer:
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def TraceSetting(self, request: pb.TraceSettingRequest) -> pb.TraceSettingResponse:
-        raise UnavailableError("the server does not support trace")
+        handler = self._handlers.trace
+        model = request.model_name or None
+        handler.check_model(model)  # before the settings are read, as in Triton
+        if request.settings:
+            values = handler.update(model, settings_rpcs.trace_update(request.settings))
+        else:
+            values = handler.settings(model)
+        return settings_rpcs.trace_response(values)
 
     async def LogSettings(self, request: pb.LogSettingsRequest) -> pb.LogSettingsResponse:
-        raise UnavailableError("the server does not support dynamic logging")
+        control = self._handlers.logging
+        if request.settings:
+            settings = control.update(settings_rpcs.log_update(request.settings))
+        else:
+            settings = control.settings()
+        return settings_rpcs.log_response(settings)
 
 
 _UNARY: Final[dict[str, type[Message]]] = {

@@ -145,6 +145,33 @@ def same_metadata_but_platform(expected: Message, actual: Message) -> None:
     assert actual == expected
 
 
+def trace(model: str = "", **settings: list[str]) -> pb.TraceSettingRequest:
+    request = pb.TraceSettingRequest(model_name=model)
+    for name, values in settings.items():
+        request.settings[name].value.extend(values)
+    return request
+
+
+def log(**settings: tuple[str, object]) -> pb.LogSettingsRequest:
+    # Only settings that are refused: one taken would change this process's logging.
+    request = pb.LogSettingsRequest()
+    for name, (choice, value) in settings.items():
+        setattr(request.settings[name], choice, value)
+    return request
+
+
+def same_log_names(expected: Message, actual: Message) -> None:
+    # The values are each process's own logging (pytest's, here); the names and types are
+    # the protocol's.
+    assert isinstance(expected, pb.LogSettingsResponse)
+    assert isinstance(actual, pb.LogSettingsResponse)
+    kinds = [
+        {name: value.WhichOneof("parameter_choice") for name, value in r.settings.items()}
+        for r in (expected, actual)
+    ]
+    assert kinds[1] == kinds[0]
+
+
 def infer(label: str, request: Message | bytes, *, same_text: bool = True) -> Case:
     return Case(label, "ModelInfer", request, pb.ModelInferResponse, same_text)
 
@@ -369,6 +396,39 @@ CASES = [
         pb.CudaSharedMemoryRegisterRequest(name="x", raw_handle=b"abc", byte_size=10),
         same_text=False,
     ),
+    rpc("trace setting", "TraceSetting", pb.TraceSettingRequest()),
+    rpc("trace setting of a model", "TraceSetting", pb.TraceSettingRequest(model_name="add_sub")),
+    rpc(
+        "trace setting of an unknown model",
+        "TraceSetting",
+        pb.TraceSettingRequest(model_name="nope"),
+    ),
+    rpc("trace setting, unknown name ignored", "TraceSetting", trace(bogus=["1"])),
+    rpc("trace setting, trace_file", "TraceSetting", trace(trace_file=["/tmp/x"])),
+    rpc("trace setting, rate not a number", "TraceSetting", trace(trace_rate=["abc"])),
+    rpc("trace setting, rate out of range", "TraceSetting", trace(trace_rate=["99999999999"])),
+    rpc("trace setting, two rates", "TraceSetting", trace(trace_rate=["1", "2"])),
+    rpc("trace setting, count below -1", "TraceSetting", trace(trace_count=["-5"])),
+    rpc(
+        "trace setting, OFF among levels", "TraceSetting", trace(trace_level=["OFF", "TIMESTAMPS"])
+    ),
+    rpc(
+        "trace setting, a level without a trace file",
+        "TraceSetting",
+        trace(trace_level=["TIMESTAMPS"]),
+    ),
+    rpc("trace setting of a model, rate", "TraceSetting", trace("add_sub", trace_rate=["5"])),
+    rpc("trace setting of a model, cleared", "TraceSetting", trace("add_sub", trace_rate=[])),
+    rpc("log settings", "LogSettings", pb.LogSettingsRequest(), compare=same_log_names),
+    rpc("log settings, log_file", "LogSettings", log(log_file=("string_param", "/tmp/x"))),
+    rpc("log settings, log_info not a bool", "LogSettings", log(log_info=("string_param", "x"))),
+    rpc(
+        "log settings, verbose level not an int",
+        "LogSettings",
+        log(log_verbose_level=("bool_param", True)),
+    ),
+    rpc("log settings, format not a string", "LogSettings", log(log_format=("bool_param", True))),
+    rpc("log settings, unknown format", "LogSettings", log(log_format=("string_param", "xml"))),
     # The text is the gRPC library's: none from Triton's C++, "Method not found!" from Python.
     rpc("unknown method", "NoSuchMethod", pb.ServerLiveRequest(), same_text=False),
 ]

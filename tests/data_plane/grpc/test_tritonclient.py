@@ -331,14 +331,19 @@ def test_errors_carry_tritons_codes_and_texts(client) -> None:
             "Request for unknown model: 'no_such_model' is not found",
         ),
         (
-            lambda: client.get_trace_settings(),
-            "StatusCode.UNAVAILABLE",
-            "the server does not support trace",
+            lambda: client.update_trace_settings(settings={"trace_file": "/tmp/trace.json"}),
+            "StatusCode.UNIMPLEMENTED",
+            "trace file location can not be updated through network protocol",
         ),
         (
-            lambda: client.get_log_settings(),
-            "StatusCode.UNAVAILABLE",
-            "the server does not support dynamic logging",
+            lambda: client.get_trace_settings(model_name="no_such_model"),
+            "StatusCode.INVALID_ARGUMENT",
+            "Request for unknown model : no_such_model",
+        ),
+        (
+            lambda: client.update_log_settings(settings={"log_format": "xml"}),
+            "StatusCode.INVALID_ARGUMENT",
+            "invalid argument for log_format, got: xml",
         ),
         (
             lambda: client.register_cuda_shared_memory(
@@ -356,3 +361,30 @@ def test_errors_carry_tritons_codes_and_texts(client) -> None:
     assert client.get_cuda_shared_memory_status(as_json=True) == {}
     client.unregister_cuda_shared_memory()
     assert client.is_server_ready()
+
+
+def test_trace_and_log_settings(client) -> None:
+    server = client.get_trace_settings(as_json=True)["settings"]
+    assert server["trace_level"]["value"] == ["OFF"]
+    assert server["trace_rate"]["value"] == ["1000"]
+    assert server["trace_mode"]["value"] == ["triton"]
+    changed = client.update_trace_settings(
+        model_name="mlp", settings={"trace_rate": "5", "trace_count": "10"}, as_json=True
+    )["settings"]
+    assert (changed["trace_rate"]["value"], changed["trace_count"]["value"]) == (["5"], ["10"])
+    assert client.get_trace_settings(as_json=True)["settings"]["trace_rate"]["value"] == ["1000"]
+    cleared = client.update_trace_settings(
+        model_name="mlp", settings={"trace_rate": None, "trace_count": None}, as_json=True
+    )["settings"]
+    assert cleared["trace_rate"]["value"] == ["1000"]
+    # Reading only: a change would reach the test process's own logging.
+    logging_now = client.get_log_settings(as_json=True)["settings"]
+    assert set(logging_now) == {
+        "log_file",
+        "log_info",
+        "log_warning",
+        "log_error",
+        "log_verbose_level",
+        "log_format",
+    }
+    assert logging_now["log_format"] == {"string_param": "default"}
