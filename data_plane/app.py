@@ -143,6 +143,14 @@ async def watch_engines(
             return
 
 
+def handlers_of(app: Starlette) -> Handlers:
+    """The handlers ``app``'s lifespan built, while it runs: another transport of the same
+    server (gRPC) serves with them, so both share one state (shared-memory regions, trace
+    and log settings)."""
+    handlers: Handlers = app.state.handlers
+    return handlers
+
+
 def create_app(
     settings: DataPlaneSettings,
     repo: ModelRepository,
@@ -174,6 +182,8 @@ def create_app(
             tracing=tracing,
             log_control=log_control,
         )
+        # For the server's other transports (gRPC), which serve with the same handlers.
+        app.state.handlers = handlers
         try:
             yield ServerState(
                 settings=settings,

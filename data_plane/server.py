@@ -1,14 +1,16 @@
-"""Running the data plane: its HTTP server under the one bootstrap (`foundation.serving`),
-with Triton-like graceful shutdown."""
+"""Running the data plane: its HTTP server, and its gRPC server unless ``grpc_port`` is 0,
+under the one bootstrap (`foundation.serving`), with Triton-like graceful shutdown."""
 
 from __future__ import annotations
 
 import logging
 import os
 import signal
+from contextlib import AbstractAsyncContextManager
 
-from data_plane.app import build_node_cache, build_repository, create_app
+from data_plane.app import build_node_cache, build_repository, create_app, handlers_of
 from data_plane.devices import cuda_device_count
+from data_plane.grpc.server import check_port, grpc_listener
 from data_plane.metrics import Metrics
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
@@ -43,6 +45,21 @@ def run(settings: DataPlaneSettings) -> None:
         drain_timeout_s=settings.exit_timeout_s,
         proxy_headers=False,
     )
+    listeners: list[AbstractAsyncContextManager[object]] = [http]
+    if settings.grpc_port:
+        check_port(settings.host, settings.grpc_port)
+        # Started after the HTTP listener, whose app builds the handlers both serve with.
+        listeners.append(
+            grpc_listener(
+                lambda: handlers_of(app),
+                settings,
+                host=settings.host,
+                port=settings.grpc_port,
+                drain_timeout_s=settings.exit_timeout_s,
+            )
+        )
     serving.run(
-        serving.serve(http, lifecycle=lifecycle, propagation_s=settings.readiness_propagation_s)
+        serving.serve(
+            *listeners, lifecycle=lifecycle, propagation_s=settings.readiness_propagation_s
+        )
     )

@@ -10,6 +10,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from data_plane.trace.settings import TraceConfig
+from foundation.grpc_limits import GrpcLimits
 from foundation.http import ServerLimits
 
 
@@ -20,11 +21,12 @@ class ModelControlMode(enum.StrEnum):
     EXPLICIT = "explicit"
 
 
-class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig):
+class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig, GrpcLimits):
     """How one inference server process runs. Environment: ``ZEROSERVE_DATA_PLANE_*``.
 
     The HTTP server's connection limits are `ServerLimits`'; the start-up trace settings
-    (Triton's ``--trace-config``, ``ZEROSERVE_DATA_PLANE_TRACE_FILE``...) `TraceConfig`'s.
+    (Triton's ``--trace-config``, ``ZEROSERVE_DATA_PLANE_TRACE_FILE``...) `TraceConfig`'s; the
+    gRPC server's message sizes and keepalive (Triton's ``--grpc-*`` flags) `GrpcLimits`'.
     """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_DATA_PLANE_", frozen=True)
@@ -36,6 +38,8 @@ class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig):
     """Address the HTTP server binds."""
     http_port: int = Field(default=8000, ge=0, le=65535)
     """Port of the HTTP server; 0 picks a free one."""
+    grpc_port: int = Field(default=8001, ge=0, le=65535)
+    """Port of the gRPC server (Triton's default); 0 serves no gRPC."""
     max_header_bytes: int = Field(default=80 * 1024, ge=1024)
     """Largest request line and headers together, then 431: above the activator's (64 KiB),
     which forwards what it accepted, with the proxies on the way adding a few headers."""

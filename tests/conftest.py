@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Data planes the tests start listen for gRPC only where a test asks (--grpc-port): left to
+# Triton's default port, servers running at once (and other test sessions on the machine)
+# would compete for 8001. Child processes inherit this.
+os.environ.setdefault("ZEROSERVE_DATA_PLANE_GRPC_PORT", "0")
 
 
 @pytest.fixture

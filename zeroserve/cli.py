@@ -31,6 +31,12 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="port of the gRPC server (default 8001, as Triton's); 0 serves no gRPC",
+    )
     serve.add_argument("--model-control-mode", choices=["none", "explicit"], default="none")
     serve.add_argument(
         "--load-model",
@@ -81,6 +87,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["max_input_bytes"] = args.http_max_input_size
     if args.exit_timeout_secs is not None:
         overrides["exit_timeout_s"] = args.exit_timeout_secs
+    if args.grpc_port is not None:
+        overrides["grpc_port"] = args.grpc_port
     if args.cache_dir is not None:
         overrides["cache_dir"] = args.cache_dir
     try:

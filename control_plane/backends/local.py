@@ -226,6 +226,10 @@ class LocalBackend(PodBackend):
             "127.0.0.1",
             "--http-port",
             str(port),
+            # Workers on one host would all claim gRPC's default port; the platform routes
+            # only HTTP to them until the activator speaks gRPC.
+            "--grpc-port",
+            "0",
             "--model-control-mode",
             "explicit",
             "--cache-dir",
