@@ -20,6 +20,7 @@ from runtimes.errors import (
     InvalidParameterError,
     ModelLoadError,
     ModelNotReadyError,
+    NotFoundError,
     QueueFullError,
     UnavailableError,
     UnsupportedError,
@@ -54,10 +55,6 @@ class UnknownModelError(InvalidArgumentError):
     def __init__(self, *, model: str) -> None:
         super().__init__(f"Request for unknown model: '{model}' is not found")
         self.model = model
-
-
-class NotFoundError(DataPlaneError):
-    """A known model has no available version matching the request."""
 
 
 class RequestTimeoutError(UnavailableError):

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from runtimes.model_request import FailureReporter, RequestExecutor
 from runtimes.sampling import Delta, EngineLoad, FinishReason, SamplingParams
 
 
@@ -131,3 +132,7 @@ class Capabilities:
     """An engine whose death the server watches for."""
     generation_metrics: GenerationMetrics | None = None
     """Per-generation latencies and token counts, and engine queue gauges."""
+    requests: RequestExecutor | None = None
+    """Batches run as their separate requests (Triton Python-backend models)."""
+    failure: FailureReporter | None = None
+    """An engine that can fail on its own (a crashed process) while the server lives."""

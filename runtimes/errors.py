@@ -10,7 +10,8 @@ branch for the data plane and for model code (``model.py`` raises them from ther
         │   ├── UnknownModelError     a name the repository has never heard of (data_plane)
         │   └── InvalidParameterError one named parameter is wrong (LLM sampling, prompt)
         │       └── ContextLengthError prompt plus completion exceed the model's context
-        ├── NotFoundError             a known model without the version asked for (data_plane)
+        ├── NotFoundError             what was asked for is not there: a model version, or
+        │                             a Python model's NOT_FOUND response
         ├── UnavailableError          try again later (Triton UNAVAILABLE)
         │   ├── ModelNotReadyError    loading, unloading or failed
         │   ├── QueueFullError        a queue for the request is full
@@ -73,6 +74,12 @@ class ContextLengthError(InvalidParameterError):
         self.max_model_len = max_model_len
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
+
+
+class NotFoundError(DataPlaneError):
+    """What the request names is not there: a known model without the version asked for
+    (the data plane), or what a Python model's ``TritonError.NOT_FOUND`` says (Triton's
+    NOT_FOUND)."""
 
 
 class UnavailableError(DataPlaneError):

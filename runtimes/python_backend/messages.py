@@ -1,0 +1,111 @@
+"""The control messages between the server and a stub, and their framing.
+
+A message is a JSON object with a ``kind``, sent as a 4-byte little-endian length and
+the UTF-8 JSON text over the stub's Unix socket. Messages carry only small things: names,
+shapes, offsets, error texts. Tensor data is in the arenas (:mod:`.arena`), described by
+``{"name", "datatype", "shape", "offset", "nbytes"}``; never in a message.
+
+Kinds, server to stub:
+
+``init``          ``{path, version, name, args, decoupled}``: import ``model.py`` at ``path``
+                  (version folder ``version``), build ``TritonPythonModel`` and call its
+                  ``initialize(args)``. Answer ``init_done``.
+``auto_complete`` ``{path, version, name, config}``: import, call the class's
+                  ``auto_complete_config`` on ``config`` (Triton's JSON). Answer
+                  ``auto_complete_done``; the stub then exits.
+``execute``       ``{id, requests: [{id, correlation_id, parameters, requested, flags,
+                  inputs: [tensor]}]}``: one ``execute(requests)`` call. The input blocks are
+                  the server's until the answer ``result`` with the same ``id`` arrives.
+``finalize``      ``{}``: call ``finalize()``, answer ``finalize_done``, exit.
+``cancelled``     ``{id, values: [bool]}``: the answer to ``is_cancelled``.
+``bls_result``    ``{call, error | outputs, final}``: a BLS call's response (item 2 of
+                  issue 16; not sent yet).
+
+Kinds, stub to server:
+
+``hello``         ``{pid, python}``: sent first, before the stub imports numpy.
+``init_done``     ``{error}``: ``error`` is None or Triton's load error text.
+``auto_complete_done`` ``{config | error}``.
+``result``        ``{id, error, responses}``: ``error`` (the whole batch failed) or one
+                  entry per request: ``{outputs: [tensor]}``, ``{error: {code, message}}``
+                  or None. The output blocks are the stub's until its next message from
+                  the server arrives (the server copies them out on receipt).
+``log``           ``{level, message}``: ``pb_utils.Logger`` output.
+``is_cancelled``  ``{id, requests: [int]}``: asks whether requests of execution ``id``
+                  (by index) were cancelled by their clients; answered by ``cancelled``.
+``bls``           ``{call, model, version, inputs, requested, parameters, decoupled}``: a
+                  BLS request (item 2; not sent yet). The server answers ``bls_result``,
+                  once, or once per response with ``final`` on the last for decoupled.
+``response``      ``{id, request, response, flags}``: a decoupled response sent through
+                  a response sender (item 3; not sent yet), with
+                  ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` in ``flags`` on the last.
+``finalize_done`` ``{}``.
+
+Standard library only: the stub frames its first message before importing numpy.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from typing import Any, Final
+
+HEADER: Final = struct.Struct("<I")
+"""The length prefix of every message."""
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+"""A message longer than this is refused as corrupt (messages hold no tensor data)."""
+
+Message = dict[str, Any]
+
+
+class ChannelClosedError(Exception):
+    """The peer closed the socket (or died) before a whole message arrived."""
+
+
+def encode(message: Message) -> bytes:
+    """The framed bytes of ``message``."""
+    body = json.dumps(message, separators=(",", ":")).encode("utf-8")
+    return HEADER.pack(len(body)) + body
+
+
+def decode(body: bytes) -> Message:
+    """The message in a frame's body; ValueError when it is not a JSON object."""
+    message = json.loads(body)
+    if not isinstance(message, dict) or not isinstance(message.get("kind"), str):
+        raise ValueError("a stub message must be a JSON object with a 'kind'")
+    return message
+
+
+def body_length(header: bytes) -> int:
+    """The body length a frame's header announces; ValueError past the bound."""
+    (length,) = HEADER.unpack(header)
+    if length > MAX_MESSAGE_BYTES:
+        raise ValueError(f"stub message of {length} bytes exceeds {MAX_MESSAGE_BYTES}")
+    return int(length)
+
+
+def send(sock: socket.socket, message: Message) -> None:
+    """Send one message on a blocking socket."""
+    sock.sendall(encode(message))
+
+
+def receive(sock: socket.socket) -> Message:
+    """Read one message from a blocking socket (honouring its timeout).
+
+    Raises ChannelClosedError at end of stream, TimeoutError past the socket's timeout.
+    """
+    length = body_length(_read_exactly(sock, HEADER.size))
+    return decode(_read_exactly(sock, length))
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    buffer = bytearray(count)
+    view = memoryview(buffer)
+    done = 0
+    while done < count:
+        got = sock.recv_into(view[done:])
+        if got == 0:
+            raise ChannelClosedError("the peer closed the stub channel")
+        done += got
+    return bytes(buffer)

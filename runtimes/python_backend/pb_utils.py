@@ -1,0 +1,485 @@
+"""``triton_python_backend_utils`` as a model in a stub process imports it.
+
+The stub puts this module into ``sys.modules`` under Triton's name before it imports
+``model.py``; nothing installs a top-level ``triton_python_backend_utils`` package, so a
+real one elsewhere is never shadowed. Names, signatures and error texts follow Triton's
+Python backend (r24.10): ``Tensor``, ``InferenceRequest``, ``InferenceResponse``,
+``TritonError`` with its codes, ``TritonModelException``, ``Logger``, ``ModelConfig``
+and the helpers, so that models written for Triton run unchanged.
+
+Not yet here (issue 16 items 2 and 3): BLS (``InferenceRequest.exec`` and
+``async_exec``) and response senders (decoupled models); both raise
+``TritonModelException`` saying so. Metrics (``MetricFamily``) and GPU memory
+(``PreferredMemory`` other than the default) are not offered.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any, Final, Protocol
+
+import numpy as np
+
+from runtimes.python_backend import tensors
+from runtimes.python_backend.pb_config import (
+    ModelConfig,
+    get_input_config_by_name,
+    get_output_config_by_name,
+    numpy_to_triton_type,
+    triton_string_to_numpy,
+    triton_to_numpy_type,
+    using_decoupled_model_transaction_policy,
+)
+
+__all__ = [
+    "TRITONSERVER_MEMORY_CPU",
+    "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InferenceResponseSender",
+    "Logger",
+    "ModelConfig",
+    "PreferredMemory",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "using_decoupled_model_transaction_policy",
+]
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START: Final = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END: Final = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL: Final = 1
+TRITONSERVER_REQUEST_RELEASE_ALL: Final = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: Final = 2
+TRITONSERVER_MEMORY_GPU: Final = 0
+TRITONSERVER_MEMORY_CPU: Final = 1
+
+_CPU_DEVICE: Final = 1
+"""DLPack's device type of host memory."""
+
+
+class Host(Protocol):
+    """What the module asks of the stub that runs it."""
+
+    def log(self, level: str, message: str) -> None:
+        """Write ``message`` to the server's log at ``level`` (INFO, WARNING, ERROR,
+        VERBOSE)."""
+        ...
+
+    def is_cancelled(self, execution: int, index: int) -> bool:
+        """Whether the client of request ``index`` of execution ``execution`` went away."""
+        ...
+
+    def model_dir(self) -> str:
+        """The folder of ``model.py``."""
+        ...
+
+
+class _Binding:
+    # The stub process runs one model, and pb_utils' static API (Logger.log_info,
+    # get_model_dir) has no object to carry the stub: one binding per process, set once.
+    host: Host | None = None
+
+
+def bind(host: Host) -> None:
+    """Connect the module to its stub (called once, before ``model.py`` is imported)."""
+    _Binding.host = host
+
+
+class ErrorCode(enum.IntEnum):
+    """TRITONSERVER_Error_Code, the numbers ``TritonError.code()`` returns."""
+
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+
+class TritonError:
+    """An error a response carries (not an exception: raise TritonModelException)."""
+
+    UNKNOWN: Final = ErrorCode.UNKNOWN
+    INTERNAL: Final = ErrorCode.INTERNAL
+    NOT_FOUND: Final = ErrorCode.NOT_FOUND
+    INVALID_ARG: Final = ErrorCode.INVALID_ARG
+    UNAVAILABLE: Final = ErrorCode.UNAVAILABLE
+    UNSUPPORTED: Final = ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS: Final = ErrorCode.ALREADY_EXISTS
+    CANCELLED: Final = ErrorCode.CANCELLED
+
+    def __init__(self, message: str, code: int = ErrorCode.INTERNAL) -> None:
+        if message is None or code is None:
+            raise TypeError("TritonError takes a message and a code, neither None")
+        self._message = str(message)
+        self._code = ErrorCode(code)
+
+    def code(self) -> ErrorCode:
+        return self._code
+
+    def message(self) -> str:
+        return self._message
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, {self._code.name})"
+
+
+class TritonModelException(Exception):
+    """Raised by the backend's own checks; a model may raise it too."""
+
+
+class PreferredMemory:
+    """Where a BLS request would like its outputs; only host memory is offered."""
+
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class Tensor:
+    """A named tensor of a request or a response, held in host memory."""
+
+    __slots__ = ("_array", "_datatype", "_name")
+
+    def __init__(self, name: str, tensor: Any) -> None:
+        array = np.asarray(tensor)
+        try:
+            datatype = tensors.datatype_of(array)
+        except ValueError as exc:
+            raise TritonModelException(f"tensor '{name}': {exc}") from None
+        if datatype == "BYTES" and array.dtype.kind != "O":
+            array = array.astype(np.object_)
+        self._name = str(name)
+        self._array = array
+        self._datatype = datatype
+
+    def name(self) -> str:
+        return self._name
+
+    def as_numpy(self) -> np.ndarray:
+        """The data as a numpy array (BYTES as an object array of ``bytes``)."""
+        return self._array
+
+    def triton_dtype(self) -> int:
+        """The TRITONSERVER_DataType number (TYPE_FP32 is 11, BYTES 13)."""
+        number = numpy_to_triton_type(self._array.dtype.type)
+        return int(number) if number is not None else 0
+
+    def shape(self) -> list[int]:
+        return [int(d) for d in self._array.shape]
+
+    def is_cpu(self) -> bool:
+        """Always True: tensors cross to and from the server in host shared memory."""
+        return True
+
+    def to_dlpack(self) -> Any:
+        """A DLPack capsule of the data (``torch.from_dlpack`` takes it)."""
+        return self._array.__dlpack__()
+
+    def __dlpack__(self, stream: Any = None) -> Any:
+        return self._array.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (_CPU_DEVICE, 0)
+
+    @staticmethod
+    def from_dlpack(name: str, dlpack_tensor: Any) -> Tensor:
+        """A tensor from a DLPack capsule or an object with ``__dlpack__`` (a torch
+        tensor); device tensors are copied to host memory, which needs torch."""
+        device = getattr(dlpack_tensor, "__dlpack_device__", None)
+        if device is not None and device()[0] == _CPU_DEVICE:
+            return Tensor(name, np.from_dlpack(dlpack_tensor))
+        try:
+            import torch
+            import torch.utils.dlpack
+        except ImportError:
+            raise TritonModelException(
+                "Tensor.from_dlpack of a capsule or a device tensor needs torch"
+            ) from None
+        host = torch.utils.dlpack.from_dlpack(dlpack_tensor).cpu()
+        return Tensor(name, host.numpy())
+
+    def __repr__(self) -> str:
+        return f"Tensor({self._name!r}, {self._datatype}, {self.shape()})"
+
+
+class InferenceResponse:
+    """One request's answer: output tensors, or an error."""
+
+    def __init__(
+        self, output_tensors: Sequence[Tensor] = (), error: TritonError | None = None
+    ) -> None:
+        outputs = list(output_tensors)
+        for tensor in outputs:
+            if not isinstance(tensor, Tensor):
+                raise TypeError(
+                    f"InferenceResponse output_tensors must be pb_utils.Tensor objects, "
+                    f"found type '{type(tensor)}'"
+                )
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError(f"InferenceResponse error must be a TritonError, found {type(error)}")
+        self._outputs = outputs
+        self._error = error
+
+    def output_tensors(self) -> list[Tensor]:
+        return self._outputs
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+
+class InferenceResponseSender:
+    """Sends a decoupled model's responses; not offered yet (issue 16 item 3)."""
+
+    def __init__(self, request: InferenceRequest) -> None:
+        self._request = request
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        raise TritonModelException(
+            "response senders (decoupled models) are not supported by zeroserve yet; "
+            "return one InferenceResponse per request from execute"
+        )
+
+    def is_cancelled(self) -> bool:
+        return self._request.is_cancelled()
+
+
+class InferenceRequest:
+    """A request ``execute`` receives (or, for BLS, one a model builds)."""
+
+    def __init__(
+        self,
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        *,
+        inputs: Sequence[Tensor],
+        requested_output_names: Sequence[str],
+        model_name: str,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: Any = None,
+        parameters: dict[str, Any] | str | None = None,
+    ) -> None:
+        if not isinstance(correlation_id, int | str):
+            raise TritonModelException("Correlation ID must be integer or string")
+        self._id = str(request_id)
+        self._correlation_id = correlation_id
+        self._inputs = list(inputs)
+        self._requested = list(requested_output_names)
+        self._model_name = model_name
+        self._model_version = model_version
+        self._flags = flags
+        self._timeout = timeout
+        self._parameters = (
+            parameters if isinstance(parameters, str) else _parameters_json(parameters or {})
+        )
+        self._execution: int | None = None
+        self._index = 0
+        self._sender: InferenceResponseSender | None = None
+
+    @classmethod
+    def received(
+        cls,
+        *,
+        execution: int,
+        index: int,
+        model_name: str,
+        request_id: str,
+        correlation_id: int | str,
+        parameters: str,
+        requested_output_names: Sequence[str],
+        flags: int,
+        inputs: Sequence[Tensor],
+    ) -> InferenceRequest:
+        """A request of execution ``execution`` (the stub builds these)."""
+        request = cls(
+            request_id,
+            correlation_id,
+            inputs=inputs,
+            requested_output_names=requested_output_names,
+            model_name=model_name,
+            flags=flags,
+            parameters=parameters,
+        )
+        request._execution, request._index = execution, index
+        return request
+
+    def inputs(self) -> list[Tensor]:
+        return self._inputs
+
+    def request_id(self) -> str:
+        return self._id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def set_flags(self, flags: int) -> None:
+        self._flags = flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        """The request's parameters as a JSON object text (reserved ones left out)."""
+        return self._parameters
+
+    def trace(self) -> InferenceTrace:
+        return InferenceTrace()
+
+    def requested_output_names(self) -> list[str]:
+        """The outputs the client asked for (every configured one when it named none)."""
+        return list(self._requested)
+
+    def is_cancelled(self) -> bool:
+        """Whether the client gave up on this request (asks the server)."""
+        host = _Binding.host
+        if self._execution is None or host is None:
+            return False
+        return host.is_cancelled(self._execution, self._index)
+
+    def get_response_sender(self) -> InferenceResponseSender:
+        if self._sender is None:
+            self._sender = InferenceResponseSender(self)
+        return self._sender
+
+    def set_release_flags(self, flags: int) -> None:
+        if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
+            raise TritonModelException(
+                "request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not "
+                "supported by zeroserve"
+            )
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
+        raise TritonModelException("BLS (InferenceRequest.exec) is not supported by zeroserve yet")
+
+    def async_exec(self, decoupled: bool = False) -> Any:
+        raise TritonModelException(
+            "BLS (InferenceRequest.async_exec) is not supported by zeroserve yet"
+        )
+
+
+class InferenceTrace:
+    """A request's trace context; zeroserve passes none to models."""
+
+    def get_context(self) -> str | None:
+        return None
+
+
+class Logger:
+    """Writes to the server's log, as Triton's ``pb_utils.Logger`` does."""
+
+    class LogLevel(enum.Enum):
+        INFO = "INFO"
+        WARNING = "WARNING"
+        ERROR = "ERROR"
+        VERBOSE = "VERBOSE"
+
+    INFO: Final = LogLevel.INFO
+    WARNING: Final = LogLevel.WARNING
+    ERROR: Final = LogLevel.ERROR
+    VERBOSE: Final = LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message: str, level: Logger.LogLevel = LogLevel.INFO) -> None:
+        host = _Binding.host
+        if host is None:
+            print(f"[{level.value}] {message}", file=sys.stderr)
+            return
+        host.log(level.value, str(message))
+
+    @staticmethod
+    def log_info(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message: str) -> None:
+        Logger.log(message, Logger.LogLevel.VERBOSE)
+
+
+def get_model_dir() -> str:
+    """The folder holding ``model.py`` (the version folder)."""
+    host = _Binding.host
+    if host is None:
+        raise TritonModelException("get_model_dir() is only available inside a model")
+    return host.model_dir()
+
+
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
+    """The request's input named ``name``, or None."""
+    for tensor in inference_request.inputs():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
+    """The response's output named ``name``, or None."""
+    for tensor in inference_response.output_tensors():
+        if tensor.name() == name:
+            return tensor
+    return None
+
+
+def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
+    """Triton's BYTES serialization of an object or bytes array (``()`` when empty,
+    None for other dtypes)."""
+    if input_tensor.size == 0:
+        return ()
+    if input_tensor.dtype.kind not in "OS":
+        return None
+    return tensors.serialize_bytes(input_tensor)
+
+
+def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
+    """The flat object array of ``bytes`` a BYTES serialization holds."""
+    return tensors.deserialize_bytes(encoded_tensor)
+
+
+def _parameters_json(parameters: dict[str, Any]) -> str:
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return json.dumps(parameters)

@@ -1,0 +1,370 @@
+"""The server's side of one stub: start the process, talk to it, notice when it dies.
+
+:func:`start` launches ``python -m runtimes.python_backend.stub`` (blocking; callers run it
+in a thread) with the control socket and the two arenas inherited, and waits for its
+``hello``. :class:`StubProcess` then drives it from the event loop: one reader task takes
+every message the stub sends (results, log lines, cancellation questions) and notices
+the end of the channel, which is how a crash shows; every wait on the stub is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+
+from runtimes.python_backend import messages, tensors
+from runtimes.python_backend.arena import Arena
+from runtimes.python_backend.limits import StubLimits
+from runtimes.python_backend.messages import Message
+
+logger = logging.getLogger(__name__)
+
+STUB_MODULE: Final = "runtimes.python_backend.stub"
+_SOURCE_ROOT: Final = str(Path(__file__).resolve().parents[2])
+"""The folder holding the ``runtimes`` package, put on the stub's PYTHONPATH so that an
+execution environment without zeroserve installed still finds the stub."""
+_LOG_LEVELS: Final = {
+    "INFO": logging.INFO,
+    "WARNING": logging.WARNING,
+    "ERROR": logging.ERROR,
+    "VERBOSE": logging.DEBUG,
+}
+
+
+@dataclass(frozen=True)
+class StubCommand:
+    """The interpreter a stub runs on and the environment variables it gets."""
+
+    python: str = sys.executable
+    env: Mapping[str, str] | None = None
+    """The whole environment (an execution environment's); None: the server's own."""
+
+
+class StubError(Exception):
+    """A stub could not be started or stopped answering; the message says which."""
+
+
+@dataclass
+class StartedStub:
+    """A stub that said hello: its process, the server's end of the channel, the arenas."""
+
+    process: subprocess.Popen[bytes]
+    sock: socket.socket
+    inputs: Arena
+    outputs: Arena
+    name: str
+
+    def kill(self) -> None:
+        """Stop the process now, reap it, and close the channel and the arenas."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5.0)
+        self.close_resources()
+
+    def close_resources(self) -> None:
+        self.sock.close()
+        self.inputs.close()
+        self.outputs.close()
+
+
+def start(name: str, command: StubCommand, limits: StubLimits) -> StartedStub:
+    """Start a stub named ``name`` and wait (bounded) for its hello (blocking).
+
+    Raises StubError when it cannot start or says nothing in ``limits.stub_timeout_s``.
+    """
+    server_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    inputs = outputs = None
+    try:
+        inputs = Arena.create(
+            f"zeroserve-{name}-in",
+            size_bytes=limits.shm_initial_bytes,
+            limit_bytes=limits.shm_limit_bytes,
+        )
+        outputs = Arena.create(
+            f"zeroserve-{name}-out", size_bytes=limits.shm_initial_bytes, limit_bytes=0
+        )
+        env = dict(command.env if command.env is not None else os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_SOURCE_ROOT, env.get("PYTHONPATH")]))
+        # A model's print() should reach the log as it happens, not when a buffer fills.
+        env["PYTHONUNBUFFERED"] = "1"
+        args = [
+            command.python,
+            "-m",
+            STUB_MODULE,
+            f"--socket-fd={child_sock.fileno()}",
+            f"--input-fd={inputs.fd}",
+            f"--output-fd={outputs.fd}",
+            f"--output-limit-bytes={limits.shm_limit_bytes}",
+            f"--parent-pid={os.getpid()}",
+            f"--name={name}",
+        ]
+        process = subprocess.Popen(
+            args,
+            pass_fds=(child_sock.fileno(), inputs.fd, outputs.fd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+    except BaseException as exc:
+        for arena in (inputs, outputs):
+            if arena is not None:
+                arena.close()
+        server_sock.close()
+        if isinstance(exc, OSError):
+            raise StubError(f"cannot start {command.python}: {exc}") from exc
+        raise
+    finally:
+        child_sock.close()
+    started = StartedStub(process, server_sock, inputs, outputs, name)
+    server_sock.settimeout(limits.stub_timeout_s)
+    try:
+        hello = messages.receive(server_sock)
+    except (messages.ChannelClosedError, OSError, ValueError) as exc:
+        started.kill()
+        code = process.returncode
+        raise StubError(
+            f"Python stub '{name}' ({command.python}) exited with code {code} before it "
+            "started; its error is in the server's log"
+            if code is not None
+            else f"Python stub '{name}' did not start within {limits.stub_timeout_s} s: {exc}"
+        ) from exc
+    if hello.get("kind") != "hello":
+        started.kill()
+        raise StubError(f"Python stub '{name}' sent {hello.get('kind')!r} instead of hello")
+    return started
+
+
+class StubDeadError(Exception):
+    """The stub's process ended or was stopped; ``str()`` is the text clients get."""
+
+
+CancelCheck = Callable[[], bool]
+"""Whether one request of an execution was cancelled by its client."""
+
+
+class StubProcess:
+    """A started stub driven from the event loop.
+
+    ``on_death(reason)`` is called once if the process ends (or is stopped) other than
+    through :meth:`close`. One :meth:`execute` at a time; the caller (one model instance)
+    guarantees it.
+    """
+
+    def __init__(
+        self,
+        started: StartedStub,
+        limits: StubLimits,
+        *,
+        on_death: Callable[[str], None] | None = None,
+    ) -> None:
+        self.name = started.name
+        self._started = started
+        self._limits = limits
+        self._on_death = on_death
+        self._ids = itertools.count(1)
+        self._pending: dict[int | str, asyncio.Future[Message]] = {}
+        self._cancel_checks: dict[int, Sequence[CancelCheck]] = {}
+        self._held: dict[int, list[int]] = {}
+        self._dead_reason: str | None = None
+        self._closing = False
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reading: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._started.process.pid
+
+    @property
+    def is_alive(self) -> bool:
+        return self._dead_reason is None and self._started.process.poll() is None
+
+    async def open(self) -> None:
+        """Connect the channel to the event loop and start reading."""
+        sock = self._started.sock
+        sock.setblocking(False)
+        self._reader, self._writer = await asyncio.open_unix_connection(sock=sock)
+        self._reading = asyncio.create_task(self._read(), name=f"stub-reader-{self.name}")
+
+    async def call(self, message: Message, answer: str, timeout_s: float) -> Message:
+        """Send a control message and wait (bounded) for its answer of kind ``answer``.
+
+        Raises StubDeadError if the stub dies first, TimeoutError past ``timeout_s``.
+        """
+        future = self._expect(answer)
+        self._send(message)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await future
+        finally:
+            self._pending.pop(answer, None)
+
+    async def execute(
+        self,
+        requests: Sequence[Message],
+        arrays: Sequence[Mapping[str, np.ndarray]],
+        cancel_checks: Sequence[CancelCheck],
+    ) -> Message:
+        """Run one execution: ``requests`` are the wire entries without their inputs,
+        ``arrays`` each request's input tensors. Returns the ``result`` message with every
+        output tensor already copied out (``arrays`` per response).
+
+        Raises StubDeadError when the stub is dead or dies meanwhile (and stops a stub that
+        overruns ``execute_timeout_s``), ``arena.ArenaFullError`` when the inputs do not fit.
+        """
+        if self._dead_reason is not None:
+            raise StubDeadError(self._dead_reason)
+        execution = next(self._ids)
+        held: list[int] = []
+        self._held[execution] = held
+        try:
+            entries = []
+            for entry, inputs in zip(requests, arrays, strict=True):
+                descriptors = []
+                for name, array in inputs.items():
+                    descriptor = tensors.write(self._started.inputs, name, array)
+                    held.append(descriptor["offset"])
+                    descriptors.append(descriptor)
+                entries.append({**entry, "inputs": descriptors})
+        except BaseException:
+            self._release(execution)
+            raise
+        future = self._expect(execution)
+        self._cancel_checks[execution] = cancel_checks
+        self._send({"kind": "execute", "id": execution, "requests": entries})
+        try:
+            async with asyncio.timeout(self._limits.execute_timeout_s):
+                return await future
+        except TimeoutError:
+            reason = (
+                f"Stub process '{self.name}' did not finish execute within "
+                f"{self._limits.execute_timeout_s} s; it was stopped"
+            )
+            self._die(reason)
+            self._started.process.kill()
+            raise StubDeadError(reason) from None
+        finally:
+            self._pending.pop(execution, None)
+            self._cancel_checks.pop(execution, None)
+
+    async def close(self, message: Message | None = None, answer: str = "") -> None:
+        """End the stub: send ``message`` (``finalize``) and wait for ``answer`` if it is
+        alive, then wait for the exit (bounded) or kill it, and free the channel and the
+        arenas. Never raises for a stub that misbehaves; idempotent."""
+        if self._closing:
+            return
+        self._closing = True
+        timeout_s = self._limits.stub_timeout_s
+        if message is not None and self._dead_reason is None:
+            try:
+                await self.call(message, answer, timeout_s)
+            except (StubDeadError, TimeoutError, OSError) as exc:
+                logger.warning("stub %s did not finalize cleanly: %r", self.name, exc)
+        if self._writer is not None:
+            self._writer.close()
+        process = self._started.process
+        try:
+            await asyncio.to_thread(process.wait, timeout_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("stub %s did not exit within %s s; killing it", self.name, timeout_s)
+        await asyncio.to_thread(self._started.kill)
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reading
+
+    # ---- internals ----
+
+    def _expect(self, key: int | str) -> asyncio.Future[Message]:
+        if self._dead_reason is not None:
+            raise StubDeadError(self._dead_reason)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        return future
+
+    def _send(self, message: Message) -> None:
+        assert self._writer is not None, "open() first"
+        self._writer.write(messages.encode(message))
+
+    def _release(self, execution: int) -> None:
+        for offset in self._held.pop(execution, ()):
+            self._started.inputs.free(offset)
+
+    async def _read(self) -> None:
+        assert self._reader is not None
+        reason = f"Stub process '{self.name}' is not healthy."
+        try:
+            while True:
+                header = await self._reader.readexactly(messages.HEADER.size)
+                body = await self._reader.readexactly(messages.body_length(header))
+                self._dispatch(messages.decode(body))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except ValueError as exc:
+            logger.error("stub %s sent a malformed message: %s", self.name, exc)
+            self._started.process.kill()
+        if not self._closing:
+            logger.error(
+                "the Python stub %s (pid %d) ended unexpectedly",
+                self.name,
+                self.pid,
+                extra={"stub": self.name},
+            )
+        self._die(reason)
+
+    def _dispatch(self, message: Message) -> None:
+        kind = message["kind"]
+        if kind == "result":
+            execution = int(message["id"])
+            future = self._pending.get(execution)
+            if future is not None and not future.done():
+                try:
+                    future.set_result(self._copy_outputs(message))
+                except (ValueError, KeyError, TypeError) as exc:
+                    future.set_exception(StubDeadError(f"malformed result from the stub: {exc}"))
+            self._release(execution)
+        elif kind == "log":
+            level = _LOG_LEVELS.get(str(message.get("level")), logging.INFO)
+            logger.log(level, "%s: %s", self.name, message.get("message"))
+        elif kind == "is_cancelled":
+            execution = int(message["id"])
+            checks = self._cancel_checks.get(execution)
+            values = [True if checks is None else checks[i]() for i in message["requests"]]
+            self._send({"kind": "cancelled", "id": execution, "values": values})
+        else:
+            future = self._pending.get(kind)
+            if future is not None and not future.done():
+                future.set_result(message)
+            else:
+                logger.warning("stub %s sent an unexpected %r", self.name, kind)
+
+    def _copy_outputs(self, message: Message) -> Message:
+        for response in message.get("responses") or ():
+            if response is not None and "outputs" in response:
+                response["arrays"] = {
+                    d["name"]: tensors.read(self._started.outputs, d) for d in response["outputs"]
+                }
+        return message
+
+    def _die(self, reason: str) -> None:
+        if self._dead_reason is not None:
+            return
+        self._dead_reason = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(StubDeadError(reason))
+        self._pending.clear()
+        if not self._closing and self._on_death is not None:
+            self._on_death(reason)
