@@ -97,11 +97,8 @@ def check_fields(config: ModelConfig) -> None:
             "'model_operations.op_library_filename' is not supported by zeroserve: custom "
             "operation libraries are not loaded"
         )
-    if "EXECUTION_ENV_PATH" in config.parameters:
-        raise ConfigError(
-            "parameter 'EXECUTION_ENV_PATH' is not supported by zeroserve: model.py runs in "
-            "the worker's own Python environment"
-        )
+    # EXECUTION_ENV_PATH is checked where the model's folder is known: the Python runtime
+    # refuses an environment outside it.
 
 
 def check_file_name(value: str, *, field: str) -> None:

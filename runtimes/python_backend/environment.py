@@ -2,11 +2,14 @@
 
 As Triton's: the config parameter names a virtual environment (or conda environment),
 unpacked or packed as a ``.tar.gz``; ``$$TRITON_MODEL_DIRECTORY`` in it stands for the
-model's folder. A packed one is extracted once per file (keyed by its path, size and
-modification time) under the temporary folder and reused, as Triton does. The stub then runs on
-that environment's ``bin/python``, with its ``bin`` first on ``PATH`` and its ``lib`` on
-``LD_LIBRARY_PATH`` (what ``source bin/activate`` and Triton's launcher set). The
-environment needs numpy and a Python zeroserve's stub runs on (3.11 or newer).
+model's folder. Unlike Triton, the environment must lie in the model's folder (after
+links are resolved): its ``bin/python`` is code the server runs, and a configuration,
+which may come through the load API, must not name code elsewhere on the host. A packed
+one is extracted once per file (keyed by its path, size and modification time) under the
+temporary folder and reused, as Triton does. The stub then runs on that environment's
+``bin/python``, with its ``bin`` first on ``PATH`` and its ``lib`` on ``LD_LIBRARY_PATH``
+(what ``source bin/activate`` and Triton's launcher set). The environment needs numpy and
+a Python zeroserve's stub runs on (3.11 or newer).
 
 Without the parameter the stub runs on the server's own interpreter.
 """
@@ -47,6 +50,12 @@ def stub_command(config: mc.ModelConfig, model_dir: Path) -> StubCommand:
         real = Path(named).resolve(strict=True)
     except (OSError, RuntimeError):
         raise ExecutionEnvError(f"Failed to get the canonical path for {named}.") from None
+    folder = model_dir.resolve()
+    if not real.is_relative_to(folder):
+        raise ExecutionEnvError(
+            f"{PARAMETER} {named} resolves to {real}, outside the model's folder {folder}; "
+            f"put the environment in the model's folder and name it as {MODEL_DIRECTORY}/..."
+        )
     root = real if real.is_dir() else _extracted(real)
     activate = root / "bin" / "activate"
     if not activate.is_file():

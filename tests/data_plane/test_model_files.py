@@ -128,9 +128,9 @@ async def test_a_version_folder_linked_outside_the_repository_is_refused(tmp_pat
             id="op-library",
         ),
         pytest.param(
-            {"parameters": {"EXECUTION_ENV_PATH": {"string_value": "env.tar.gz"}}},
-            "parameter 'EXECUTION_ENV_PATH' is not supported",
-            id="execution-env",
+            {"parameters": {"EXECUTION_ENV_PATH": {"string_value": "/usr"}}},
+            "EXECUTION_ENV_PATH /usr resolves to /usr, outside the model's folder",
+            id="execution-env-outside",
         ),
     ],
 )

@@ -245,12 +245,6 @@ def test_a_plain_default_model_filename_is_accepted():
             "'model_operations.op_library_filename' is not supported",
             id="op-library",
         ),
-        pytest.param(
-            'backend: "python" parameters { key: "EXECUTION_ENV_PATH" '
-            'value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }',
-            "parameter 'EXECUTION_ENV_PATH' is not supported",
-            id="execution-env",
-        ),
     ],
 )
 def test_unsupported_fields_are_refused_not_ignored(text: str, message: str):

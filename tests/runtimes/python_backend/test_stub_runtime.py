@@ -388,31 +388,41 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv seeing this Python's packages (numpy), as Triton's docs make one."""
-    root = tmp_path_factory.mktemp("env") / "venv"
+def env_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whoami model with, in its folder, a virtualenv seeing this Python's packages
+    (numpy), made as Triton's documentation makes one, and the same packed as a .tar.gz."""
+    model_dir = write_model(tmp_path_factory.mktemp("env"), "whoami")
+    venv = model_dir / "venv"
     subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)],
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
         check=True,
         timeout=120,
     )
-    return root
+    with tarfile.open(model_dir / "env.tar.gz", "w:gz") as packed:
+        packed.add(venv, arcname=".")
+    return model_dir
 
 
-async def test_execution_env_path_runs_the_stub_in_that_environment(tmp_path: Path, venv: Path):
-    runtime = await _load(write_model(tmp_path, "whoami"), EXECUTION_ENV_PATH=str(venv))
+async def test_execution_env_path_runs_the_stub_in_that_environment(env_model: Path):
+    runtime = await _load(env_model, EXECUTION_ENV_PATH="$$TRITON_MODEL_DIRECTORY/venv")
     try:
         out = await runtime.infer(ONE)
     finally:
         await runtime.unload()
-    assert out["PREFIX"][0].decode() == str(venv)
+    assert out["PREFIX"][0].decode() == str(env_model / "venv")
 
 
-async def test_a_packed_environment_is_extracted_and_used(tmp_path: Path, venv: Path):
+async def test_an_environment_outside_the_model_folder_is_refused(
+    env_model: Path, tmp_path: Path
+):
+    (tmp_path / "elsewhere").symlink_to(env_model / "venv")
     model_dir = write_model(tmp_path, "whoami")
-    with tarfile.open(model_dir / "env.tar.gz", "w:gz") as packed:
-        packed.add(venv, arcname=".")
-    runtime = await _load(model_dir, EXECUTION_ENV_PATH="$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    with pytest.raises(ModelLoadError, match="outside the model's folder"):
+        await _load(model_dir, EXECUTION_ENV_PATH=str(tmp_path / "elsewhere"))
+
+
+async def test_a_packed_environment_is_extracted_and_used(env_model: Path):
+    runtime = await _load(env_model, EXECUTION_ENV_PATH="$$TRITON_MODEL_DIRECTORY/env.tar.gz")
     try:
         out = await runtime.infer(ONE)
     finally:
@@ -423,12 +433,14 @@ async def test_a_packed_environment_is_extracted_and_used(tmp_path: Path, venv: 
 
 
 async def test_an_environment_without_numpy_is_a_clear_load_error(tmp_path: Path):
-    bare = tmp_path / "bare"
+    model_dir = write_model(tmp_path, "whoami")
     await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True
+        subprocess.run,
+        [sys.executable, "-m", "venv", "--without-pip", str(model_dir / "bare")],
+        check=True,
     )
     with pytest.raises(ModelLoadError, match="cannot run the stub: ModuleNotFoundError"):
-        await _load(write_model(tmp_path, "whoami"), EXECUTION_ENV_PATH=str(bare))
+        await _load(model_dir, EXECUTION_ENV_PATH="$$TRITON_MODEL_DIRECTORY/bare")
 
 
 @pytest.mark.parametrize(
@@ -436,6 +448,12 @@ async def test_an_environment_without_numpy_is_a_clear_load_error(tmp_path: Path
     [
         pytest.param(
             "/no/such/env", "Failed to get the canonical path for /no/such/env.", id="missing"
+        ),
+        pytest.param(
+            "/usr",
+            "EXECUTION_ENV_PATH /usr resolves to /usr, outside the model's folder {model}; put "
+            "the environment in the model's folder and name it as $$TRITON_MODEL_DIRECTORY/...",
+            id="outside",
         ),
         pytest.param(
             "$$TRITON_MODEL_DIRECTORY/1",
