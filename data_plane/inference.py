@@ -24,12 +24,14 @@ from data_plane.protocol import (
     InferInput,
     InferRequest,
     OutputTensor,
+    RequestedOutput,
     bind_raw_input,
     classify,
 )
 from data_plane.repository import LoadedVersion, TensorSpec
 from data_plane.trace import TraceManager
-from foundation.datatypes import NUMPY_DTYPES
+from foundation.datatypes import NUMPY_DTYPES, protocol_from_numpy
+from runtimes.model_request import RequestContext
 
 
 async def infer(
@@ -43,15 +45,19 @@ async def infer(
     stats = model.stats
     try:
         batch, rows = _prepare_inputs(model, request)
+        context = None
+        if model.capabilities.requests is not None:
+            context = _request_context(model, request)
         prepared = time.monotonic_ns()
         result = await model.batcher.submit(
             batch,
             priority=request.priority,
             timeout_us=request.timeout_us,
             request_id=request.id,
+            context=context,
         )
         executed = time.monotonic_ns()
-        outputs = _select_outputs(model, request, result.outputs)
+        outputs = _select_outputs(model, request, result.outputs, as_produced=context is not None)
     except BaseException as exc:
         ended = time.monotonic_ns()
         stats.record_failure(reason=_failure_reason(exc), request_ns=ended - started)
@@ -205,18 +211,65 @@ def _raw_input(model: LoadedVersion, raw: InferInput, request_id: str | None) ->
     )
 
 
+_RESERVED_PARAMETERS = frozenset(
+    ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout", "binary_data_output")
+)
+"""Request parameters Triton turns into request fields and keeps from the model."""
+
+
+def _request_context(model: LoadedVersion, request: InferRequest) -> RequestContext:
+    """What a model that takes requests one by one learns of ``request`` besides its
+    tensors, as Triton's Python backend tells it."""
+    if request.outputs is None:
+        requested = tuple(model.outputs)
+    else:
+        requested = tuple(o.name for o in request.outputs)
+        for name in requested:
+            if name not in model.outputs:
+                raise InvalidArgumentError(
+                    f"{request_prefix(request.id)}unexpected inference output '{name}' for "
+                    f"model '{model.name}'"
+                )
+    parameters = request.parameters
+    correlation_id = parameters.get("sequence_id", 0)
+    flags = (1 if parameters.get("sequence_start") else 0) | (
+        2 if parameters.get("sequence_end") else 0
+    )
+    return RequestContext(
+        request_id=request.id or "",
+        correlation_id=correlation_id if isinstance(correlation_id, int | str) else 0,
+        parameters={k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS},
+        requested_outputs=requested,
+        flags=flags,
+    )
+
+
 def _select_outputs(
-    model: LoadedVersion, request: InferRequest, produced: Mapping[str, np.ndarray]
+    model: LoadedVersion,
+    request: InferRequest,
+    produced: Mapping[str, np.ndarray],
+    *,
+    as_produced: bool = False,
 ) -> list[OutputTensor]:
+    """The outputs to answer with: those the request names (every configured one when it
+    names none), in its order. ``as_produced`` (Triton's Python backend): the ones the
+    model produced among them, in its order and with the datatypes it gave them."""
     prefix = request_prefix(request.id)
     raw = bool(request.inputs) and request.inputs[0].datatype == ""
     default_binary = request.binary_data_output or raw
     batching = model.max_batch_size > 0
     selected: list[OutputTensor] = []
-    wanted = request.outputs if request.outputs is not None else [None] * len(model.outputs)
-    names = (
-        [o.name for o in request.outputs] if request.outputs is not None else list(model.outputs)
-    )
+    wanted: list[RequestedOutput | None]
+    if as_produced:
+        by_name = {o.name: o for o in request.outputs} if request.outputs is not None else None
+        names = [n for n in produced if n in model.outputs and (by_name is None or n in by_name)]
+        wanted = [by_name[n] if by_name is not None else None for n in names]
+    elif request.outputs is not None:
+        names = [o.name for o in request.outputs]
+        wanted = list(request.outputs)
+    else:
+        names = list(model.outputs)
+        wanted = [None] * len(names)
     for name, requested in zip(names, wanted, strict=True):
         spec = model.outputs.get(name)
         if spec is None:
@@ -232,6 +285,10 @@ def _select_outputs(
         if requested is not None and requested.classification > 0:
             data = classify(data, requested.classification, batching=batching, labels=spec.labels)
             selected.append(OutputTensor(name=name, datatype="BYTES", data=data, binary=binary))
+            continue
+        if as_produced:
+            datatype = protocol_from_numpy(data.dtype)
+            selected.append(OutputTensor(name=name, datatype=datatype, data=data, binary=binary))
             continue
         expected = NUMPY_DTYPES[spec.datatype]
         if data.dtype != expected and spec.datatype != "BYTES":

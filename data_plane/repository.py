@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import hashlib
 import logging
 import time
@@ -194,6 +195,8 @@ class ModelRepository:
         self._on_load = on_load
         self._on_unload = on_unload
         self._on_sleep = on_sleep
+        self._dropping: set[asyncio.Task[None]] = set()
+        """Versions whose engine failed, being taken out of service."""
 
     @property
     def root(self) -> StorageUri:
@@ -385,7 +388,10 @@ class ModelRepository:
     async def close(self) -> None:
         """Let loads in progress settle (bounded), then unload everything and close the
         runtime factory, which stops what it keeps (server shutdown)."""
-        running = [e.task for e in self._entries.values() if e.task and not e.task.done()]
+        running: list[asyncio.Task[Any]] = [
+            e.task for e in self._entries.values() if e.task and not e.task.done()
+        ]
+        running.extend(self._dropping)
         if running:
             await asyncio.wait(running, timeout=self._settings.drain_timeout_s)
         await asyncio.gather(
@@ -571,6 +577,7 @@ class ModelRepository:
         device = f"cuda:{group.gpus[0]}" if group.kind == ModelInstanceGroup.KIND_GPU else "cpu"
         await runtime.load(plan.model_dir / str(version), version_config, device)
         stats = ModelStats()
+        capabilities = runtime.resolve_capabilities()
         try:
             batcher = Batcher(
                 runtime.infer,
@@ -578,17 +585,22 @@ class ModelRepository:
                     version_config, queue_bound=self._settings.batcher_queue_bound
                 ),
                 on_execution=stats.record_execution,
+                execute_requests=(
+                    capabilities.requests.execute_requests
+                    if capabilities.requests is not None
+                    else None
+                ),
             )
             await batcher.start()
         except BaseException:
             await runtime.unload()
             raise
-        return LoadedVersion(
+        loaded = LoadedVersion(
             name=name,
             version=version,
             config=version_config,
             runtime=runtime,
-            capabilities=runtime.resolve_capabilities(),
+            capabilities=capabilities,
             batcher=batcher,
             stats=stats,
             inputs={
@@ -608,6 +620,38 @@ class ModelRepository:
             },
             load_duration_s=time.monotonic() - started,
         )
+        if capabilities.failure is not None:
+            capabilities.failure.on_failure(functools.partial(self._version_failed, loaded))
+        return loaded
+
+    def _version_failed(self, loaded: LoadedVersion, reason: str) -> None:
+        """A serving version's engine failed on its own (its process died): take it out
+        of service, in the background, so that a later load builds it again."""
+        entry = self._entries.get(loaded.name)
+        if entry is None or entry.serving.get(loaded.version) is not loaded:
+            return
+        task = asyncio.create_task(
+            self._serialized(entry, self._drop_failed(entry, loaded, reason), "drop-failed"),
+            name=f"drop-failed-{loaded.name}",
+        )
+        self._dropping.add(task)
+        task.add_done_callback(self._dropping.discard)
+
+    async def _drop_failed(self, entry: _Entry, loaded: LoadedVersion, reason: str) -> None:
+        if entry.serving.get(loaded.version) is not loaded:
+            return  # unloaded or replaced meanwhile
+        entry.serving = {v: lv for v, lv in entry.serving.items() if lv is not loaded}
+        entry.states[loaded.version] = (VersionState.UNAVAILABLE, reason)
+        entry.fingerprint = None
+        cached = None
+        if not entry.serving and not entry.sleeping:
+            cached, entry.cached = entry.cached, None
+        logger.error("model %s version %s failed: %s", loaded.name, loaded.version, reason)
+        try:
+            await self._retire(loaded)
+        finally:
+            if cached is not None:
+                cached.unpin()
 
     async def _sleep(self, entry: _Entry) -> None:
         serving = entry.serving

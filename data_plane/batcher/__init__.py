@@ -36,6 +36,6 @@ from __future__ import annotations
 
 from data_plane.batcher.policy import BatchPolicy, QueuePolicy
 from data_plane.batcher.queue import BatchedResult
-from data_plane.batcher.scheduler import Batcher, Execute
+from data_plane.batcher.scheduler import Batcher, Execute, ExecuteRequests
 
-__all__ = ["BatchPolicy", "BatchedResult", "Batcher", "Execute", "QueuePolicy"]
+__all__ = ["BatchPolicy", "BatchedResult", "Batcher", "Execute", "ExecuteRequests", "QueuePolicy"]

@@ -19,6 +19,7 @@ import numpy as np
 
 from data_plane.batcher.policy import BatchPolicy, QueuePolicy
 from data_plane.errors import RequestTimeoutError
+from runtimes.model_request import RequestContext
 
 # A queued request's state: waiting, taken into a batch, or left without executing.
 QUEUED: Final = 0
@@ -82,6 +83,7 @@ class QueuedRequest:
     """One request from submit until a batch takes it or it leaves (see the states above)."""
 
     __slots__ = (
+        "context",
         "deadline_ns",
         "delayed",
         "enqueue_ns",
@@ -106,6 +108,7 @@ class QueuedRequest:
         deadline_ns: int,
         level: PriorityLevel,
         request_id: str | None,
+        context: RequestContext | None = None,
     ) -> None:
         self.inputs = inputs
         self.rows = rows
@@ -117,6 +120,8 @@ class QueuedRequest:
         self.deadline_ns = deadline_ns
         self.level = level
         self.request_id = request_id
+        # Only for engines that take requests one by one (``Batcher(execute_requests=)``).
+        self.context = context
         self.state = QUEUED
         self.timer: asyncio.TimerHandle | None = None
         self.delayed = False

@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -28,6 +29,7 @@ from data_plane.errors import (
     ZeroserveError,
     request_prefix,
 )
+from runtimes.model_request import ModelRequest, RequestContext, RequestOutcome
 
 # The package's name, as the logger was named before the batcher became a package.
 logger = logging.getLogger("data_plane.batcher")
@@ -39,6 +41,16 @@ class Execute(Protocol):
     async def __call__(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 
+class ExecuteRequests(Protocol):
+    """Runs one batch as its separate requests, one outcome each;
+    ``RequestExecutor.execute_requests`` is one."""
+
+    async def __call__(self, requests: Sequence[ModelRequest]) -> list[RequestOutcome]: ...
+
+
+_NO_CONTEXT = RequestContext()
+
+
 class Batcher:
     """Queues requests for one engine and runs them in Triton-style dynamic batches.
 
@@ -47,6 +59,9 @@ class Batcher:
         policy: the batching and queueing rules, usually ``BatchPolicy.from_config``.
         on_execution: called with ``(batch_size, compute_ns)`` after each successful
             execution (Triton counts only those); an exception from it is logged.
+        execute_requests: given, it runs every batch instead of ``execute``, with each
+            request's own inputs and context (rows are not merged), and each request gets
+            its own outputs or its own error.
         clock: monotonic nanoseconds; every decision reads time from it.
     """
 
@@ -57,8 +72,10 @@ class Batcher:
         *,
         on_execution: Callable[[int, int], None] | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
+        execute_requests: ExecuteRequests | None = None,
     ) -> None:
         self._execute = execute
+        self._execute_requests = execute_requests
         self._policy = policy
         self._on_execution = on_execution
         self._clock = clock
@@ -103,12 +120,15 @@ class Batcher:
         priority: int = 0,
         timeout_us: int = 0,
         request_id: str | None = None,
+        context: RequestContext | None = None,
     ) -> BatchedResult:
         """Queue one request and return its share of the execution it joins.
 
         With batching on, dim 0 of the inputs is the request's batch size; inputs come
         validated (same dim 0, at least 1 and at most ``max_batch_size``). Cancelling the
-        caller takes a queued request out of the queue, or drops its result.
+        caller takes a queued request out of the queue, or drops its result. ``context``
+        reaches ``execute_requests`` with the inputs (the request's id, parameters,
+        requested outputs).
 
         Raises:
             ServerStoppingError: :meth:`close` has begun.
@@ -148,6 +168,7 @@ class Batcher:
             now + timeout_ns if timeout_ns else 0,
             level,
             request_id,
+            context,
         )
         self._queue.push(request)
         if timeout_ns and level.rejects:
@@ -215,7 +236,10 @@ class Batcher:
             self._running[slot] = batch
             self._executing += len(batch)
             try:
-                await self._run(batch, task)
+                if self._execute_requests is not None:
+                    await self._run_requests(batch, task, self._execute_requests)
+                else:
+                    await self._run(batch, task)
             finally:
                 self._running[slot] = None
                 self._executing -= len(batch)
@@ -284,6 +308,62 @@ class Batcher:
                     logger.exception("on_execution callback failed")
             return
         _fail_all(batch, error)
+
+    async def _run_requests(
+        self, batch: list[QueuedRequest], task: asyncio.Task[None], execute: ExecuteRequests
+    ) -> None:
+        """Run ``batch`` as its separate requests: each gets its own outputs or error."""
+        exec_start = self._clock()
+        requests = [
+            ModelRequest(r.inputs, replace(r.context or _NO_CONTEXT, is_cancelled=r.future.done))
+            for r in batch
+        ]
+        started = self._clock()
+        try:
+            outcomes = await execute(requests)
+            if len(outcomes) != len(batch):
+                raise InternalError(
+                    f"engine returned {len(outcomes)} outcomes for {len(batch)} requests"
+                )
+        except asyncio.CancelledError:
+            if task.cancelling():
+                _fail_all(batch, ServerStoppingError())
+                raise
+            _fail_all(batch, InternalError("the engine cancelled the execution"))
+            return
+        except ZeroserveError as exc:
+            _fail_all(batch, exc)
+            return
+        except Exception as exc:
+            logger.error("engine failed on a batch of %d requests", len(batch), exc_info=exc)
+            error = InternalError(str(exc) or type(exc).__name__)
+            error.__cause__ = exc
+            _fail_all(batch, error)
+            return
+        compute_ns = self._clock() - started
+        exec_end = self._clock()
+        batch_size = sum(request.size for request in batch)
+        for request, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, ZeroserveError):
+                fail_future(request.future, outcome)
+                continue
+            _resolve(
+                request.future,
+                BatchedResult(
+                    outcome,
+                    started - request.enqueue_ns,
+                    compute_ns,
+                    batch_size,
+                    started,
+                    exec_start,
+                    exec_end,
+                ),
+            )
+        if self._on_execution is not None:
+            try:
+                self._on_execution(batch_size, compute_ns)
+            except Exception:
+                logger.exception("on_execution callback failed")
 
     @staticmethod
     def _split(
