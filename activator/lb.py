@@ -27,6 +27,8 @@ class Replica:
     progress_at: float = 0.0
     """Event-loop time of the last head from the replica, or of the request that found none
     pending: how long the replica has kept its callers waiting (:mod:`activator.health`)."""
+    grpc_address: str = ""
+    """``host:port`` of the worker's gRPC server; empty when it serves no gRPC."""
 
 
 def choose(replicas: Sequence[Replica], *, offset: int = 0) -> Replica | None:

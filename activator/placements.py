@@ -20,6 +20,9 @@ from foundation.records import ModelRecord, Placement, PlacementEvent, Placement
 
 logger = logging.getLogger(__name__)
 
+_Endpoint = tuple[str, str]
+"""Where a replica answers: the worker's data-plane URL and its gRPC address ("" for none)."""
+
 
 class PlacementSource(Protocol):
     """Where placements come from (``StateStore`` is one)."""
@@ -120,9 +123,9 @@ class PlacementView:
         self._listener = listener
         self._quarantine_s = quarantine_s
         self._resubscribe_delay_s = resubscribe_delay_s
-        self._quarantined: dict[tuple[str, str], tuple[str, asyncio.TimerHandle]] = {}
-        self._suspended: dict[str, dict[str, str]] = {}
-        """worker id -> {model: url}: the placements of a suspended worker."""
+        self._quarantined: dict[tuple[str, str], tuple[_Endpoint, asyncio.TimerHandle]] = {}
+        self._suspended: dict[str, dict[str, _Endpoint]] = {}
+        """worker id -> {model: endpoint}: the placements of a suspended worker."""
         self._synced = asyncio.Event()
 
     @property
@@ -166,7 +169,7 @@ class PlacementView:
         )
         key = (model, replica.worker_id)
         handle = asyncio.get_running_loop().call_later(self._quarantine_s, self._restore, key)
-        self._quarantined[key] = (replica.url, handle)
+        self._quarantined[key] = ((replica.url, replica.grpc_address), handle)
         self._listener.replica_removed(model, replica)
 
     def suspend(self, worker_id: str) -> list[str]:
@@ -174,12 +177,12 @@ class PlacementView:
         models whose replica left (none if the worker had none, or was suspended)."""
         if worker_id in self._suspended:
             return []
-        taken: dict[str, str] = {}
+        taken: dict[str, _Endpoint] = {}
         for model in self._table.models():
             replica = self._table.get(model, worker_id)
             if replica is not None:
                 self._table.remove(model, replica)
-                taken[model] = replica.url
+                taken[model] = (replica.url, replica.grpc_address)
                 self._listener.replica_removed(model, replica)
         if taken:
             self._suspended[worker_id] = taken
@@ -201,12 +204,14 @@ class PlacementView:
             worker_id,
             extra={"worker_id": worker_id},
         )
-        for model, url in placed.items():
-            self._add(model, worker_id, url)
+        for model, endpoint in placed.items():
+            self._add(model, worker_id, endpoint)
 
     def suspended(self) -> dict[str, str]:
         """Suspended worker id -> its URL (to probe)."""
-        return {worker: next(iter(placed.values())) for worker, placed in self._suspended.items()}
+        return {
+            worker: next(iter(placed.values()))[0] for worker, placed in self._suspended.items()
+        }
 
     def close(self) -> None:
         """Cancel pending returns from quarantine."""
@@ -223,12 +228,13 @@ class PlacementView:
         elif event.placement is None:
             logger.warning("placement event %s without a placement; ignored", event.kind)
         elif event.kind is PlacementEventKind.ADDED:
-            self._add(event.placement.model, event.placement.worker_id, event.placement.url)
+            placement = event.placement
+            self._add(placement.model, placement.worker_id, (placement.url, placement.grpc_address))
         else:
             self._remove(event.placement.model, event.placement.worker_id)
 
     def _reconcile(self, placements: list[Placement]) -> None:
-        wanted = {(p.model, p.worker_id): p.url for p in placements}
+        wanted = {(p.model, p.worker_id): (p.url, p.grpc_address) for p in placements}
         for model in self._table.models():
             for replica in list(self._table.replicas(model)):
                 if (model, replica.worker_id) not in wanted:
@@ -238,25 +244,25 @@ class PlacementView:
         for worker_id, placed in list(self._suspended.items()):
             for model in [m for m in placed if (m, worker_id) not in wanted]:
                 self._unsuspend(model, worker_id)
-        for (model, worker_id), url in wanted.items():
+        for (model, worker_id), endpoint in wanted.items():
             if (model, worker_id) not in self._quarantined:
-                self._add(model, worker_id, url)
+                self._add(model, worker_id, endpoint)
 
-    def _add(self, model: str, worker_id: str, url: str) -> None:
-        url = url.rstrip("/")
+    def _add(self, model: str, worker_id: str, endpoint: _Endpoint) -> None:
+        url, grpc_address = endpoint[0].rstrip("/"), endpoint[1]
         # The store announcing a quarantined replica again means the worker is back.
         self._unquarantine((model, worker_id))
         placed = self._suspended.get(worker_id)
         if placed is not None:
             # Not for a suspended worker: the store cannot tell that it stopped answering.
-            placed[model] = url
+            placed[model] = (url, grpc_address)
             return
         existing = self._table.get(model, worker_id)
         if existing is not None:
-            if existing.url == url:
+            if existing.url == url and existing.grpc_address == grpc_address:
                 return
             self._remove(model, worker_id)
-        replica = Replica(worker_id=worker_id, url=url)
+        replica = Replica(worker_id=worker_id, url=url, grpc_address=grpc_address)
         self._table.add(model, replica)
         logger.info(
             "replica of %s ready on worker %s at %s",
@@ -296,8 +302,8 @@ class PlacementView:
 
     def _restore(self, key: tuple[str, str]) -> None:
         # Present: every path that drops the entry cancels this timer.
-        url, _ = self._quarantined.pop(key)
-        self._add(key[0], key[1], url)
+        endpoint, _ = self._quarantined.pop(key)
+        self._add(key[0], key[1], endpoint)
 
 
 class ModelCatalog:

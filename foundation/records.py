@@ -91,6 +91,9 @@ class WorkerRecord:
     """Capacity for models; 0 = unbounded."""
     state: WorkerState = WorkerState.STARTING
     started_at: float = 0.0
+    grpc_address: str = ""
+    """``host:port`` of the worker's gRPC server (Triton's inference service), e.g.
+    ``127.0.0.1:8124``; empty when it serves no gRPC."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,13 +105,17 @@ class WorkerRecord:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Model ``model`` is loaded and READY on worker ``worker_id``, reachable at ``url``."""
+    """Model ``model`` is loaded and READY on worker ``worker_id``, reachable at ``url`` (and
+    by gRPC at ``grpc_address`` when the worker serves it)."""
 
     model: str
     worker_id: str
     url: str
     generation: int = 1
     since: float = 0.0
+    grpc_address: str = ""
+    """The worker's ``WorkerRecord.grpc_address``; empty when it serves no gRPC (records
+    written before workers served gRPC have none either)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -383,6 +383,7 @@ class Placer:
             url=worker.url,
             generation=model.generation,
             since=self._wall(),
+            grpc_address=worker.grpc_address,
         )
         await self._store.add_placement(placement)
         return placement
