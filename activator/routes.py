@@ -7,8 +7,6 @@ with their body untouched.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect, Request
@@ -22,32 +20,14 @@ from activator.errors import (
     UnroutableRequestError,
 )
 from activator.http_errors import openai_from_error
+from activator.metadata import EXTENSIONS, SERVER_NAME, server_version
 from activator.metrics import mark_model
 from activator.placements import ModelCatalog
 from activator.state import ActivatorState
 from foundation.errors import ZeroserveError
 
-_EXTENSIONS = (
-    "classification",
-    "schedule_policy",
-    "model_configuration",
-    "binary_tensor_data",
-    "parameters",
-    "statistics",
-)
-"""Triton's names for the extensions the workers behind the activator offer on model paths
-(the repository extension is the control plane's business, not the public endpoint's)."""
-
-
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 """Model paths pass every method through (HEAD comes with GET); the worker decides."""
-
-
-def _version() -> str:
-    try:
-        return version("zeroserve")
-    except PackageNotFoundError:
-        return "0.0.0"
 
 
 def _state(request: Request) -> ActivatorState:
@@ -68,7 +48,7 @@ async def ready(request: Request) -> Response:
 
 
 async def metadata(request: Request) -> Response:
-    body = {"name": "zeroserve", "version": _version(), "extensions": list(_EXTENSIONS)}
+    body = {"name": SERVER_NAME, "version": server_version(), "extensions": list(EXTENSIONS)}
     return Response(orjson.dumps(body), media_type="application/json")
 
 
