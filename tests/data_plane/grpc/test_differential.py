@@ -194,8 +194,9 @@ CASES = [
     infer("version out of range", add_sub(model_version="99999999999999999999")),
     infer("version not found", add_sub(model_version="7")),
     infer("version 0", add_sub(model_version="0")),
-    # Triton 2.51 ends this text "...for more info on max_batch_size."; zeroserve's
-    # (shared with HTTP) takes later Triton's "...for allowed inference request shapes."
+    # Triton checks the model's shape first; zeroserve, as over HTTP, first checks the data's
+    # size against the request's shape (16 values for [1, 15]). Its shape text also ends as
+    # later Triton's ("...for allowed inference request shapes."), not 2.51's.
     infer("bad shape", changed(set_shape(0, 1, 15)), same_text=False),
     infer("negative dimension", changed(set_shape(0, 1, -16), raw=True), same_text=False),
     infer("typed contents of another type", changed(set_datatype("INT32"))),
