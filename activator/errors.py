@@ -12,6 +12,7 @@
         │   ├── ActivationFailedError the control plane could not be asked, or refused
         │   ├── ColdStartTimeoutError no replica became ready before the deadline
         │   ├── UpstreamBusyError     every upstream connection stayed busy
+        │   ├── NoGrpcEndpointError   a gRPC call found a replica whose worker serves no gRPC
         │   ├── CatalogUnavailableError  the state store did not answer a model lookup
         │   └── ShuttingDownError     the activator stops and gave up waiting
         ├── UpstreamError             the worker dropped the request after receiving it
@@ -120,6 +121,18 @@ class UpstreamBusyError(ActivatorUnavailableError):
             retry_after_s=retry_after_s,
         )
         self.model = model
+
+
+class NoGrpcEndpointError(ActivatorUnavailableError):
+    """The replica chosen for a gRPC call is on a worker that serves no gRPC (one started
+    before its backend gave workers a gRPC port)."""
+
+    def __init__(self, *, model: str, worker_id: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"model '{model}': worker {worker_id} serves no gRPC", retry_after_s=retry_after_s
+        )
+        self.model = model
+        self.worker_id = worker_id
 
 
 class CatalogUnavailableError(ActivatorUnavailableError):

@@ -7,14 +7,18 @@ from typing import Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from foundation.grpc_limits import GrpcLimits
 from foundation.http import ServerLimits
 
 
-class ActivatorSettings(BaseSettings, ServerLimits):
+class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     """How one activator process runs. Environment: ``ZEROSERVE_ACTIVATOR_*``.
 
     The public server's connection limits are `ServerLimits`' (``max_header_bytes``,
-    ``max_headers``, ``header_timeout_s``, ``body_timeout_s``, ``max_connections``).
+    ``max_headers``, ``header_timeout_s``, ``body_timeout_s``, ``max_connections``); the
+    gRPC server's message sizes, call bound, per-stream bound and keepalive are
+    `GrpcLimits`' (``grpc_max_receive_bytes``... as Triton's ``--grpc-*`` flags). The
+    channels to workers carry the same message sizes the other way.
     """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
@@ -23,6 +27,10 @@ class ActivatorSettings(BaseSettings, ServerLimits):
     """Address the public HTTP server binds."""
     port: int = Field(default=8080, ge=0, le=65535)
     """Port of the public HTTP server; 0 picks a free one."""
+    grpc_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the public gRPC server (Triton's ``inference.GRPCInferenceService`` for every
+    registered model, on ``host``); 0 serves no gRPC, as for ``zeroserve serve``. Triton's
+    default is 8001, which a worker on the same machine would claim too."""
     keep_alive_timeout_s: int = Field(default=1830, gt=0)
     """How long the public server keeps an idle client connection open. Longer than the load
     balancer's idle timeout (1800 s on the ALB in deploy/kubernetes/ingress.yaml), as AWS

@@ -1,0 +1,178 @@
+"""Choosing the replica a gRPC call goes to, and reading how a call to a worker failed.
+
+The same semantics as the HTTP proxy's (:mod:`activator.proxy`), on the same table and
+buffer: the replica with the fewest requests in flight, or, while the model has none (or
+already has requests waiting), a turn in the model's buffer, whose first waiter asks for
+the model's activation. A worker that refused the connection never saw the call, so the
+call goes to another replica or back to the front of the buffer; any other failure is the
+caller's to report, since the worker may have run the request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+
+from activator.buffer import Buffer, Grant
+from activator.errors import (
+    ModelNotRegisteredError,
+    NoGrpcEndpointError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+from activator.grpc.status import Metadata
+from activator.lb import Replica
+from activator.placements import ModelCatalog, PlacementView, ReplicaTable
+
+__all__ = [
+    "SERVICE",
+    "Dispatch",
+    "Turn",
+    "WorkerStatusError",
+    "method_path",
+    "worker_failure",
+]
+
+SERVICE: Final = "inference.GRPCInferenceService"
+
+_NOT_CONNECTED: Final = "failed to connect to all addresses"
+"""How gRPC core begins the UNAVAILABLE of a call that found no connection to its
+address: the call was never sent (a call cut after it was sent says "Stream removed",
+"Socket closed" or "Connection reset")."""
+
+
+def method_path(rpc: str) -> str:
+    """The HTTP/2 path of ``rpc`` on the inference service."""
+    return f"/{SERVICE}/{rpc}"
+
+
+class WorkerStatusError(Exception):
+    """The worker ended the call with a status of its own: passed to the client as it is."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, metadata: Metadata) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+        self.metadata = metadata
+
+
+@dataclass(slots=True)
+class Turn:
+    """A call's replica, and the buffer's grant when it waited for one (released when the
+    call's first answer arrives, letting the next waiter go)."""
+
+    replica: Replica
+    grant: Grant | None
+
+    def responded(self) -> float | None:
+        """Note the first answer; see :meth:`Grant.responded`. Releases the grant."""
+        if self.grant is None:
+            return None
+        waited_s = self.grant.responded()
+        self.grant.release()
+        return waited_s
+
+    def release(self) -> None:
+        if self.grant is not None:
+            self.grant.release()
+
+
+class Dispatch:
+    """Replica choice for gRPC calls, over the activator's one table, buffer and view.
+
+    Parameters:
+        catalog: which models are registered.
+        table: the ready replicas.
+        buffer: where calls wait while a model has no ready replica.
+        view: told to forget a replica whose worker refused a connection.
+        retry_after_s: carried by the errors this raises.
+        read_timeout_s: bound on one call to a worker (the client's deadline may be shorter).
+    """
+
+    def __init__(
+        self,
+        catalog: ModelCatalog,
+        table: ReplicaTable,
+        buffer: Buffer,
+        view: PlacementView,
+        *,
+        retry_after_s: int,
+        read_timeout_s: float,
+    ) -> None:
+        self._catalog = catalog
+        self._table = table
+        self._buffer = buffer
+        self._view = view
+        self.retry_after_s = retry_after_s
+        self.read_timeout_s = read_timeout_s
+
+    async def require(self, model: str) -> None:
+        """Raise :class:`ModelNotRegisteredError` unless ``model`` is registered."""
+        is_known = self._catalog.cached(model)
+        if is_known is None:
+            is_known = await self._catalog.is_registered(model)
+        if not is_known:
+            raise ModelNotRegisteredError(model=model)
+
+    async def take_turn(self, model: str, *, deadline: float, requeue: bool = False) -> Turn:
+        """A replica of ``model`` serving gRPC: the least busy one, or one granted by the
+        buffer before ``deadline`` (event-loop time).
+
+        Raises:
+            ZeroserveError: the buffer's errors (full, activation failed, timed out), or
+                :class:`NoGrpcEndpointError` for a worker without gRPC.
+        """
+        # While the model has a queue, new calls join it rather than overtake it.
+        replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
+        grant = None
+        if replica is None:
+            grant = await self._buffer.wait(model, deadline=deadline, requeue=requeue)
+            replica = grant.replica
+        if not replica.grpc_address:
+            if grant is not None:
+                grant.release()
+            raise NoGrpcEndpointError(
+                model=model, worker_id=replica.worker_id, retry_after_s=self.retry_after_s
+            )
+        return Turn(replica, grant)
+
+    def not_sent(self, model: str, turn: Turn, error: grpc.aio.AioRpcError) -> bool:
+        """Whether ``error`` says the worker never got the call; if so, the replica is
+        left out for a while and the turn given back, and the call may go elsewhere."""
+        if error.code() != grpc.StatusCode.UNAVAILABLE or not (error.details() or "").startswith(
+            _NOT_CONNECTED
+        ):
+            return False
+        # Forget first, so that giving the grant back cannot hand the same dead replica to
+        # the next waiter.
+        self._view.forget(model, turn.replica)
+        turn.release()
+        return True
+
+    def timeout_s(self, time_remaining_s: float | None) -> float:
+        """The deadline of a call to a worker: the client's, bounded by the read timeout."""
+        if time_remaining_s is None:
+            return self.read_timeout_s
+        return max(min(time_remaining_s, self.read_timeout_s), 0.0)
+
+
+def worker_failure(
+    model: str, replica: Replica, error: grpc.aio.AioRpcError, *, timeout_s: float
+) -> Exception:
+    """What the client gets for a call to ``replica`` that failed after it was sent.
+
+    UNAVAILABLE is the transport's (the worker died, reset or closed the connection) or the
+    worker's own; either way the message names the worker. DEADLINE_EXCEEDED after the
+    activator's own bound is the activator's timeout. Anything else is the worker's answer
+    and passes through unchanged.
+    """
+    code = error.code()
+    details = error.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return UpstreamError(model=model, url=replica.grpc_address, reason=details or "unavailable")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return UpstreamTimeoutError(model=model, url=replica.grpc_address, timeout_s=timeout_s)
+    metadata = tuple((key, value) for key, value in (error.trailing_metadata() or ()))
+    return WorkerStatusError(code, details, metadata)

@@ -1,0 +1,455 @@
+"""ModelStreamInfer through the activator: a client's stream passed on to the workers message
+by message, never buffered whole.
+
+Triton lets one stream carry requests for several models, so a client stream gets one
+*lane* per model it names: the lane's first request is routed like a unary call (the
+least busy replica, or a turn in the model's buffer while it is at zero, which asks for
+its activation once per burst) and opens a stream to that replica's worker; the model's
+later requests on the client stream follow on that worker stream, and every worker
+stream's responses are sent back as they come, interleaved. A lane keeps its worker
+stream, and so its replica, until the client half-closes (or the worker stream fails):
+least-outstanding choice happens per lane, not per request.
+
+A request that cannot be routed (unknown model, full buffer, activation failed or timed
+out) gets a response carrying ``error_message`` and its ``id``, as Triton answers a failed
+request in a stream, and the stream goes on. So do the requests a worker had not answered
+when its stream broke (a killed worker): the lane then routes its next request afresh. A
+worker that ends its stream with a status of its own (not UNAVAILABLE) ends the client's
+stream with that status, as the worker meant it to. A message that is not a
+ModelInferRequest ends the stream with Triton's INTERNAL "Unable to parse request", once
+the requests before it are answered.
+
+Bounds: at most ``max_in_flight`` requests of a client stream are unanswered or answered
+but not yet sent; past that the client stream is not read, so gRPC's flow control slows
+the client down. A request waits at most ``upstream_read_timeout_s`` for its response
+while its worker sends nothing; then the lane's pending requests fail with the timeout.
+Each request counts as its model's traffic, and in its replica's in-flight count, from
+when the lane takes it until its response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+
+from activator.errors import UpstreamError, UpstreamTimeoutError
+from activator.grpc.channels import WorkerChannels
+from activator.grpc.dispatch import (
+    Dispatch,
+    Turn,
+    WorkerStatusError,
+    method_path,
+    worker_failure,
+)
+from activator.grpc.status import UNPARSABLE_MESSAGE, GrpcStatus, grpc_status
+from activator.grpc.unary import forwarded_metadata
+from activator.grpc.wire import MalformedMessageError, string_fields, submessage_string
+from activator.traffic import Traffic
+from foundation.proto import grpc_service_pb2 as pb
+
+__all__ = ["StreamForward", "StreamStatusError"]
+
+logger = logging.getLogger(__name__)
+
+_PATH: Final = method_path("ModelStreamInfer")
+_MODEL_NAME = 1
+_REQUEST_ID = 3
+_INFER_RESPONSE = 2
+"""ModelStreamInferResponse.infer_response; its ModelInferResponse carries ``id`` as 3."""
+
+
+class StreamStatusError(Exception):
+    """The client stream must end with ``status``."""
+
+    def __init__(self, status: GrpcStatus) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    data: bytes
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    data: bytes
+    holds_slot: bool
+    """Whether sending it frees one of the stream's in-flight slots (every answer to a
+    request does; an extra response a worker sends would not)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    status: GrpcStatus | None
+
+
+_CLOSE: Final = None
+"""Put in a lane's queue when the client half-closed: no request follows."""
+
+
+def error_response(message: str, request_id: str) -> bytes:
+    """A stream's answer to a request that failed."""
+    response = pb.ModelStreamInferResponse(
+        error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
+    )
+    return response.SerializeToString()
+
+
+class StreamForward:
+    """Serves ModelStreamInfer streams over the workers' channels.
+
+    Parameters:
+        dispatch: the replica choice.
+        channels: one channel per worker.
+        traffic: counts each request from the lane taking it to its response.
+        activation_timeout_s: how long a lane's first request may wait in the buffer.
+        max_in_flight: the per-stream bound (see the module's docstring).
+    """
+
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        channels: WorkerChannels,
+        traffic: Traffic,
+        *,
+        activation_timeout_s: float,
+        max_in_flight: int,
+    ) -> None:
+        self.dispatch = dispatch
+        self.channels = channels
+        self.traffic = traffic
+        self.activation_timeout_s = activation_timeout_s
+        self.max_in_flight = max_in_flight
+
+    async def stream(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+    ) -> AsyncIterator[bytes]:
+        """The responses to ``requests`` (serialized ModelInferRequests) as they come.
+
+        Raises:
+            StreamStatusError: the status the stream must end with.
+        """
+        session = _Session(self, context)
+        async for data in session.run(requests):
+            yield data
+
+
+class _Session:
+    """One client stream: its reader, lanes and outgoing queue."""
+
+    def __init__(self, forward: StreamForward, context: grpc.aio.ServicerContext[bytes, bytes]):
+        self.forward = forward
+        self.context = context
+        self.metadata = forwarded_metadata(context.invocation_metadata())
+        # Bounded by the slots: an answer holds its request's slot until it is sent.
+        self.out: asyncio.Queue[_Answer | _End] = asyncio.Queue()
+        self.slots = asyncio.Semaphore(forward.max_in_flight)
+        self.lanes: dict[str, _Lane] = {}
+
+    async def run(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        reader = asyncio.create_task(self._read(requests), name="grpc-stream-reader")
+        try:
+            while True:
+                item = await self.out.get()
+                if isinstance(item, _End):
+                    if item.status is not None:
+                        raise StreamStatusError(item.status)
+                    return
+                if item.holds_slot:
+                    self.slots.release()
+                yield item.data
+        finally:
+            reader.cancel()
+            tasks = [lane.task for lane in self.lanes.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(reader, *tasks, return_exceptions=True)
+
+    def answer(self, data: bytes, *, holds_slot: bool = True) -> None:
+        self.out.put_nowait(_Answer(data, holds_slot))
+
+    def end(self, status: GrpcStatus) -> None:
+        """End the client stream with ``status`` now (answers already queued go first)."""
+        self.out.put_nowait(_End(status))
+
+    async def _read(self, requests: AsyncIterator[bytes]) -> None:
+        status: GrpcStatus | None = None
+        async for data in requests:
+            try:
+                fields = string_fields(data, (_MODEL_NAME, _REQUEST_ID))
+            except MalformedMessageError:
+                status = GrpcStatus(grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
+                break
+            await self.slots.acquire()
+            model = fields.get(_MODEL_NAME, "")
+            lane = self.lanes.get(model)
+            if lane is None:
+                lane = self.lanes[model] = _Lane(self, model)
+            lane.queue.put_nowait(_Request(data, fields.get(_REQUEST_ID, "")))
+        # The end goes after every answer: let the lanes finish what they hold.
+        lanes = list(self.lanes.values())
+        for lane in lanes:
+            lane.queue.put_nowait(_CLOSE)
+        await asyncio.gather(*(lane.task for lane in lanes), return_exceptions=True)
+        self.out.put_nowait(_End(status))
+
+    def lane_done(self, lane: _Lane) -> None:
+        if self.lanes.get(lane.model) is lane:
+            del self.lanes[lane.model]
+
+
+class _Lane:
+    """One model's requests on one client stream, and its worker stream once routed."""
+
+    def __init__(self, session: _Session, model: str) -> None:
+        self.session = session
+        self.model = model
+        # Bounded by the session's slots, taken before each put.
+        self.queue: asyncio.Queue[_Request | None] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run(), name=f"grpc-stream-lane-{model}")
+
+    async def _run(self) -> None:
+        forward = self.session.forward
+        try:
+            while True:
+                request = await self.queue.get()
+                if request is _CLOSE:
+                    return
+                try:
+                    await forward.dispatch.require(self.model)
+                except Exception as exc:
+                    self._fail_one(request, exc)
+                    if self.queue.empty():
+                        # An unknown name holds nothing: a stream naming many costs no lanes.
+                        return
+                    continue
+                if not await self._serve(request):
+                    return
+        finally:
+            self.session.lane_done(self)
+
+    async def _serve(self, first: _Request) -> bool:
+        """Route ``first``, open a worker stream and carry the lane's requests on it until
+        the client half-closes (False) or the worker stream ends (True: route again)."""
+        forward = self.session.forward
+        forward.traffic.begin(self.model)
+        try:
+            worker = await self._open()
+        except Exception as exc:
+            forward.traffic.end(self.model)
+            self._fail_one(first, exc)
+            return True
+        try:
+            return await worker.carry(first, self.queue)
+        finally:
+            worker.close()
+
+    async def _open(self) -> _WorkerStream:
+        forward = self.session.forward
+        dispatch = forward.dispatch
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + forward.activation_timeout_s
+        requeue = False
+        while True:
+            turn = await dispatch.take_turn(self.model, deadline=deadline, requeue=requeue)
+            address = turn.replica.grpc_address
+            channel = forward.channels.acquire(address)
+            open_stream: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+                _PATH
+            )
+            call = open_stream(
+                metadata=self.session.metadata, timeout=self.session.context.time_remaining()
+            )
+            try:
+                await call.wait_for_connection()
+            except grpc.aio.AioRpcError as exc:
+                forward.channels.release(address)
+                if dispatch.not_sent(self.model, turn, exc):
+                    requeue = True
+                    continue
+                turn.release()
+                raise worker_failure(
+                    self.model, turn.replica, exc, timeout_s=dispatch.read_timeout_s
+                ) from None
+            except BaseException:
+                call.cancel()
+                forward.channels.release(address)
+                turn.release()
+                raise
+            return _WorkerStream(self, call, turn)
+
+    def _fail_one(self, request: _Request, error: BaseException) -> None:
+        message = grpc_status(error, "ModelStreamInfer").message
+        self.session.answer(error_response(message, request.id))
+
+
+class _WorkerStream:
+    """A lane's stream to one worker: requests written as the lane takes them, responses
+    sent on as they come, each request accounted from write to response."""
+
+    def __init__(
+        self,
+        lane: _Lane,
+        call: grpc.aio.StreamStreamCall[bytes, bytes],
+        turn: Turn,
+    ) -> None:
+        self.lane = lane
+        self.call = call
+        self.turn = turn
+        self.pending: collections.Counter[str] = collections.Counter()
+        """Request ids sent and not answered, with how many of each (ids may repeat, and
+        are often all empty)."""
+        self.pending_count = 0
+        self.has_responded = False
+        self._forward = lane.session.forward
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.Timeout | None = None
+
+    async def carry(self, first: _Request, queue: asyncio.Queue[_Request | None]) -> bool:
+        """Carry ``first`` (already counted as traffic) and the lane's next requests;
+        False once the lane is done (the client half-closed, or the client stream must
+        end), True when the worker stream ended first and the lane routes again."""
+        self._sent(first)
+        writer = asyncio.create_task(self._write(first, queue), name="grpc-stream-writer")
+        try:
+            failure = await self._read_all()
+        finally:
+            is_half_closed = (
+                writer.done() and not writer.cancelled() and writer.exception() is None
+            ) and writer.result()
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
+        if failure is None and self.pending_count == 0:
+            return not is_half_closed
+        replica = self.turn.replica
+        if failure is None:
+            failure = UpstreamError(
+                model=self.lane.model,
+                url=replica.grpc_address,
+                reason="the worker ended its stream with requests unanswered",
+            )
+        self._fail_pending(failure)
+        if isinstance(failure, WorkerStatusError):
+            self.lane.session.end(GrpcStatus(failure.code, failure.details, failure.metadata))
+            return False
+        return not is_half_closed
+
+    def close(self) -> None:
+        """Cancel the call if it still runs and give back what it holds (requests still
+        pending stop counting: their client left)."""
+        self.call.cancel()
+        self._forward.channels.release(self.turn.replica.grpc_address)
+        self.turn.release()
+        while self.pending_count:
+            self._settle(next(iter(self.pending)))
+
+    async def _write(self, first: _Request, queue: asyncio.Queue[_Request | None]) -> bool:
+        """Write requests until the lane closes (True: half-closed) or the call ends."""
+        request: _Request | None = first
+        while request is not None:
+            try:
+                await self.call.write(request.data)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                return False  # the reader sees why the call ended
+            request = await queue.get()
+            if request is not None:
+                self._forward.traffic.begin(self.lane.model)
+                self._sent(request)
+        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            await self.call.done_writing()
+        return True
+
+    async def _read_all(self) -> Exception | None:
+        """Read the worker's responses to the end; None at a clean end, else what failed."""
+        read_timeout_s = self._forward.dispatch.read_timeout_s
+        try:
+            async with asyncio.timeout(None) as timer:
+                self._timer = timer
+                self._arm()
+                while True:
+                    data = await self.call.read()
+                    if data is grpc.aio.EOF:
+                        return None
+                    assert isinstance(data, bytes)
+                    self._received(data)
+        except TimeoutError:
+            return UpstreamTimeoutError(
+                model=self.lane.model, url=self.turn.replica.grpc_address, timeout_s=read_timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            return worker_failure(self.lane.model, self.turn.replica, exc, timeout_s=read_timeout_s)
+        finally:
+            self._timer = None
+
+    def _arm(self) -> None:
+        """Give the worker ``upstream_read_timeout_s`` from now for its next response while
+        requests are pending, and all the time in the world while none is."""
+        if self._timer is not None:
+            when = None
+            if self.pending_count:
+                when = self._loop.time() + self._forward.dispatch.read_timeout_s
+            self._timer.reschedule(when)
+
+    def _sent(self, request: _Request) -> None:
+        replica = self.turn.replica
+        self.pending[request.id] += 1
+        self.pending_count += 1
+        replica.in_flight += 1
+        if not replica.awaiting_head:
+            replica.progress_at = self._loop.time()
+        replica.awaiting_head += 1
+        if self.pending_count == 1:
+            self._arm()
+
+    def _received(self, data: bytes) -> None:
+        try:
+            request_id = submessage_string(data, _INFER_RESPONSE, _REQUEST_ID)
+        except MalformedMessageError:
+            request_id = ""
+        is_answer = False
+        if self.pending_count:
+            # A response whose id matches nothing pending still answers one request: each
+            # request has exactly one response.
+            is_answer = True
+            self._settle(request_id if self.pending[request_id] else next(iter(self.pending)))
+        self.turn.replica.progress_at = self._loop.time()
+        if not self.has_responded:
+            self.has_responded = True
+            waited_s = self.turn.responded()
+            if waited_s is not None:
+                self._forward.traffic.first_response(
+                    self.lane.model, self.turn.replica.worker_id, waited_s
+                )
+        self._arm()
+        self.lane.session.answer(data, holds_slot=is_answer)
+
+    def _settle(self, request_id: str) -> None:
+        """One pending request with ``request_id`` is answered (or given up)."""
+        self.pending[request_id] -= 1
+        if self.pending[request_id] <= 0:
+            del self.pending[request_id]
+        self.pending_count -= 1
+        replica = self.turn.replica
+        replica.in_flight -= 1
+        replica.awaiting_head -= 1
+        self._forward.traffic.end(self.lane.model)
+
+    def _fail_pending(self, error: Exception) -> None:
+        message = (
+            error.details
+            if isinstance(error, WorkerStatusError)
+            else grpc_status(error, "ModelStreamInfer").message
+        )
+        for request_id, count in list(self.pending.items()):
+            for _ in range(count):
+                self._settle(request_id)
+                self.lane.session.answer(error_response(message, request_id))
