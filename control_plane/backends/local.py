@@ -1,4 +1,5 @@
-"""The local backend: workers are ``python -m data_plane`` child processes on loopback ports.
+"""The local backend: workers are ``python -m data_plane`` child processes on loopback ports,
+each with a port for HTTP and one for gRPC (its record's ``url`` and ``grpc_address``).
 
 Each worker runs in explicit model-control mode over an empty model repository, shares the
 node cache folder with its siblings, and lives in its own session (so a Ctrl-C at the terminal
@@ -61,6 +62,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """``count`` distinct ports nobody listens on now (held together while picked)."""
+    with contextlib.ExitStack() as stack:
+        socks = [
+            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            for _ in range(count)
+        ]
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
@@ -215,7 +228,7 @@ class LocalBackend(PodBackend):
 
     # ---- processes ----
 
-    def _command(self, port: int) -> list[str]:
+    def _command(self, port: int, grpc_port: int) -> list[str]:
         return [
             self._python,
             "-m",
@@ -226,10 +239,9 @@ class LocalBackend(PodBackend):
             "127.0.0.1",
             "--http-port",
             str(port),
-            # Workers on one host would all claim gRPC's default port; the platform routes
-            # only HTTP to them until the activator speaks gRPC.
+            # A port of its own: workers on one host would all claim gRPC's default.
             "--grpc-port",
-            "0",
+            str(grpc_port),
             "--model-control-mode",
             "explicit",
             "--cache-dir",
@@ -243,12 +255,12 @@ class LocalBackend(PodBackend):
 
     async def _spawn(self, spec: PoolSpec) -> tuple[_Worker | None, str]:
         """One attempt at starting a worker; (None, why) when it lost its port or failed."""
-        port = free_port()
+        port, grpc_port = _free_ports(2)
         worker_id = f"{spec.name}-{secrets.token_hex(3)}"
         log_path = None
         if self._settings.worker_log_dir is not None:
             log_path = self._settings.worker_log_dir / f"{worker_id}.log"
-        process = await self._exec(self._command(port), log_path)
+        process = await self._exec(self._command(port, grpc_port), log_path)
         record = WorkerRecord(
             id=worker_id,
             url=f"http://127.0.0.1:{port}",
@@ -257,6 +269,7 @@ class LocalBackend(PodBackend):
             memory_bytes=spec.memory_bytes,
             state=WorkerState.STARTING,
             started_at=time.time(),
+            grpc_address=f"127.0.0.1:{grpc_port}",
         )
         worker = _Worker(record=record, process=process, log_path=log_path)
         logger.info(
