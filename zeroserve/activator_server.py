@@ -1,4 +1,5 @@
-"""``zeroserve activator``: a standalone activator (cluster mode), composed here.
+"""``zeroserve activator``: a standalone activator (cluster mode), composed here: its HTTP
+endpoint and, with ``grpc_port``, its gRPC endpoint, over one activator core.
 
 A standalone activator reaches the control plane only through the shared state store: it
 follows placements, asks for activations with ``store.request_activation`` (the acting
@@ -11,8 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from contextlib import AbstractAsyncContextManager
 
-from activator.app import create_app
+from activator.app import create_app_on
+from activator.core import ActivatorCore
+from activator.grpc.server import GrpcListener
 from activator.server import create_server
 from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
@@ -40,10 +44,18 @@ async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
             raise SystemExit(f"activator: {exc}") from None
         stack.push_async_callback(store.close)
         lifecycle = Lifecycle()
-        app = create_app(
+        # One core for both endpoints: each listener opens it, and the last to stop (HTTP,
+        # started first) fails what still waits in the buffer.
+        core = ActivatorCore(
             settings, store, store.request_activation, activator_id, lifecycle=lifecycle
         )
-        public = create_server(app, settings, bind_socket(settings.host, settings.port))
+        listeners: list[AbstractAsyncContextManager[object]] = [
+            create_server(create_app_on(core), settings, bind_socket(settings.host, settings.port))
+        ]
+        if settings.grpc_port:
+            grpc_listener = GrpcListener(core, settings, port=settings.grpc_port)
+            stack.push_async_callback(grpc_listener.aclose)
+            listeners.append(grpc_listener)
         await serving.serve(
-            public, lifecycle=lifecycle, propagation_s=settings.readiness_propagation_s
+            *listeners, lifecycle=lifecycle, propagation_s=settings.readiness_propagation_s
         )

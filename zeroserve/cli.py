@@ -180,6 +180,13 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     up.add_argument("--host", default=None, help="public (activator) address; 127.0.0.1")
     up.add_argument("--port", type=int, default=None, help="public (activator) port; 8080")
+    up.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="public gRPC port (Triton's inference service for every model); 0, the "
+        "default, serves no gRPC",
+    )
     _platform_arguments(up)
     up.add_argument(
         "--demo", action="store_true", help="register a generated demo model (scaled to zero)"
@@ -203,6 +210,8 @@ def _up(args: argparse.Namespace) -> int:
             overrides["host"] = args.host
         if args.port is not None:
             overrides["port"] = args.port
+        if args.grpc_port is not None:
+            overrides["grpc_port"] = args.grpc_port
         activator_settings = ActivatorSettings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         print(f"zeroserve up: invalid settings:\n{exc}", file=sys.stderr)
@@ -274,6 +283,9 @@ def _activator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--host", default=None, help="public address; 127.0.0.1")
     parser.add_argument("--port", type=int, default=None, help="public port; 8080")
+    parser.add_argument(
+        "--grpc-port", type=int, default=None, help="public gRPC port; 0, the default, serves none"
+    )
     parser.add_argument("--activator-id", default=None, help="default: <hostname>-<pid>")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(handler=_activator)
@@ -286,7 +298,12 @@ def _activator(args: argparse.Namespace) -> int:
 
     overrides = {
         key: value
-        for key, value in (("state_url", args.state), ("host", args.host), ("port", args.port))
+        for key, value in (
+            ("state_url", args.state),
+            ("host", args.host),
+            ("port", args.port),
+            ("grpc_port", args.grpc_port),
+        )
         if value is not None
     }
     try:

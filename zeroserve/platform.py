@@ -2,13 +2,15 @@
 
 The composition root of the embedded platform (and, without the activator, of a standalone
 control plane). It builds the store, backend, placer, orchestrator, reaper, autoscaler loop,
-lease and the two HTTP apps, and runs the admin and public servers on one event loop
+lease and the two HTTP apps, and runs the admin and public servers (the activator's HTTP
+and, with ``grpc_port``, gRPC endpoints over one activator core) on one event loop
 (`foundation.serving`). Each part goes on an ``AsyncExitStack`` as it starts, so the stop is
 the start in reverse, and a failure half-way stops exactly what had started. The order loses
 no request:
 
-1. stop the public server: it refuses new connections, lets in-flight requests finish
-   (bounded) and its lifespan answers buffered requests with 503;
+1. stop the public servers (gRPC, then HTTP): each refuses new connections and lets
+   in-flight requests finish (bounded), then the activator's core answers buffered
+   requests with 503 (UNAVAILABLE);
 2. stop the control loops and activations, then the admin server;
 3. stop the workers (SIGTERM, then SIGKILL after ``worker_stop_timeout_s``);
 4. release the lease, close the store.
@@ -26,7 +28,8 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -67,6 +70,14 @@ _SERVER_STOP_MARGIN_S = 10.0
 """How long past its drain deadline a server may take to stop (its lifespan's shutdown)
 before it is cancelled."""
 _ADMIN_DRAIN_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class _PublicEndpoints:
+    url: str
+    """The activator's HTTP endpoint."""
+    grpc_address: str | None
+    """Its gRPC endpoint (``host:port``), when it serves one."""
 
 
 class _WorkerLostRelay:
@@ -158,6 +169,11 @@ class Platform:
                 public_sock = stack.enter_context(
                     bind_socket(self._activator_settings.host, self._activator_settings.port)
                 )
+                if self._activator_settings.grpc_port:
+                    # gRPC binds only once its server is built, on the loop, late: this
+                    # makes a port in use fail now, before anything starts.
+                    host = self._activator_settings.host
+                    bind_socket(host, self._activator_settings.grpc_port).close()
             store = open_state_store(settings.state_url)
             stack.push_async_callback(store.close)
             registry = CollectorRegistry()
@@ -266,12 +282,12 @@ class Platform:
                 loops.append(asyncio.create_task(publisher.run(), name="cloudwatch"))
             stack.push_async_callback(_cancel, loops)
 
-            public = None
+            public: _PublicEndpoints | None = None
             if self._activator_settings is not None and public_sock is not None:
-                # Started last, stopped first: it stops accepting, lets in-flight requests
-                # finish (bounded) and its lifespan answers buffered requests with 503.
+                # Started last, stopped first: they stop accepting, let in-flight requests
+                # finish (bounded) and the core answers buffered requests with 503.
                 public = await stack.enter_async_context(
-                    self._public_server(
+                    self._public_servers(
                         self._activator_settings,
                         public_sock,
                         _EmbeddedActivate(orchestrator, lease, store),
@@ -280,35 +296,51 @@ class Platform:
                 )
             if self._demo:
                 await self._register_demo(service)
-            self._banner(admin.url, public.url if public is not None else None)
+            self._banner(admin.url, public)
             await stop.wait()
             logger.info("stopping")
         logger.info("stopped")
 
-    def _public_server(
+    @contextlib.asynccontextmanager
+    async def _public_servers(
         self,
         settings: ActivatorSettings,
         sock: socket.socket,
         activate: _EmbeddedActivate,
         store: StateStore,
-    ) -> HttpListener:
-        from activator.app import create_app as create_activator_app
+    ) -> AsyncIterator[_PublicEndpoints]:
+        """The activator's HTTP server and, with ``grpc_port``, its gRPC server, over one
+        core: opened first and released last, so that both drain before buffered requests
+        are failed."""
+        from activator.app import create_app_on
+        from activator.core import ActivatorCore
+        from activator.grpc.server import GrpcListener
         from activator.server import create_server
 
-        app = create_activator_app(
+        core = ActivatorCore(
             settings,
             store,
             activate,
             f"activator-{socket.gethostname()}-{os.getpid()}",
             lifecycle=self.lifecycle,
         )
-        return create_server(
-            app,
-            settings,
-            sock,
-            start_timeout_s=_SERVER_START_TIMEOUT_S,
-            stop_timeout_s=settings.exit_timeout_s + _SERVER_STOP_MARGIN_S,
-        )
+        async with contextlib.AsyncExitStack() as stack:
+            await stack.enter_async_context(core.open())
+            http = create_server(
+                create_app_on(core),
+                settings,
+                sock,
+                start_timeout_s=_SERVER_START_TIMEOUT_S,
+                stop_timeout_s=settings.exit_timeout_s + _SERVER_STOP_MARGIN_S,
+            )
+            await stack.enter_async_context(http)
+            grpc_address = None
+            if settings.grpc_port:
+                listener = GrpcListener(core, settings, port=settings.grpc_port)
+                stack.push_async_callback(listener.aclose)
+                await stack.enter_async_context(listener)
+                grpc_address = listener.address
+            yield _PublicEndpoints(url=http.url, grpc_address=grpc_address)
 
     def _create_backend(
         self, relay: _WorkerLostRelay, repository: Path, extra_env: dict[str, str]
@@ -335,10 +367,13 @@ class Platform:
         with contextlib.suppress(ModelExistsError):
             await service.register(body)
 
-    def _banner(self, admin: str, public: str | None) -> None:
+    def _banner(self, admin: str, endpoints: _PublicEndpoints | None) -> None:
         lines = [f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})"]
-        if public is not None:
+        if endpoints is not None:
+            public = endpoints.url
             lines.insert(0, f"zeroserve: serving models at {public}/v2/models/<name>/infer")
+            if endpoints.grpc_address is not None:
+                lines.insert(1, f"zeroserve: serving models over gRPC at {endpoints.grpc_address}")
             if self._demo:
                 from data_plane.demo import DEMO_MODEL
 

@@ -1,0 +1,280 @@
+"""``zeroserve up --grpc-port`` end to end with Triton's own gRPC client: the activator's gRPC
+endpoint in front of real local workers serving real models, from zero.
+
+The platform is a ``python -m zeroserve.cli up`` subprocess on free ports (started and
+stopped as in ``test_platform_e2e``); models are registered through the admin API scaled
+to zero, so every test's first request finds its model at zero replicas. Nothing here
+asserts a duration; every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import signal
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+from tritonclient.utils import InferenceServerException
+
+from foundation.proto import grpc_service_pb2 as pb
+from tests.integration.conftest import free_port
+from tests.integration.test_platform_e2e import (
+    SIZES,
+    SLOW_MODEL,
+    Platform,
+    admin_get,
+    mlp_input,
+    register,
+    start_platform,
+    worker_pid_of,
+)
+from tests.models import load_mlp_weights, mlp_reference, write_onnx_mlp, write_python_model
+
+pytestmark = [pytest.mark.anyio, pytest.mark.integration]
+
+REQUEST_TIMEOUT_S = 90.0
+"""Each call's deadline: far above a cold start here, reached only when something hangs."""
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Platform, str]]:
+    """One ``zeroserve up --grpc-port`` for the tests (each uses its own models), and the
+    address of its gRPC endpoint."""
+    grpc_port = free_port()
+    tmp_path = tmp_path_factory.mktemp("grpc-platform")
+    started = start_platform(tmp_path, "grpc", "--grpc-port", str(grpc_port))
+    try:
+        yield started, f"127.0.0.1:{grpc_port}"
+    finally:
+        started.stop()
+        leftovers = started.wait_workers_gone()
+        started.kill_leftovers()
+        assert not leftovers, f"orphan workers {leftovers}"
+
+
+@pytest.fixture
+async def admin() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
+        yield client
+
+
+def _inputs(x: np.ndarray, module: Any = grpcclient) -> list[Any]:
+    tensor = module.InferInput("INPUT0", list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return [tensor]
+
+
+def _expect(model_dir: Path, x: np.ndarray, output: np.ndarray | None) -> None:
+    assert output is not None
+    expected = mlp_reference(load_mlp_weights(model_dir), x)
+    np.testing.assert_allclose(output, expected, rtol=1e-4, atol=1e-5)
+
+
+async def _activations(admin: httpx.AsyncClient, platform: Platform, model: str) -> int:
+    return len((await admin_get(admin, platform, f"/models/{model}/activations"))["activations"])
+
+
+async def test_infer_and_metadata_from_zero_with_tritonclient(
+    platform: tuple[Platform, str], admin: httpx.AsyncClient
+) -> None:
+    up, address = platform
+    model_dir = write_onnx_mlp(up.models_dir, "g_infer", SIZES, seed=11)
+    await register(admin, up, model_dir)
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        assert client.is_server_live() and client.is_server_ready()
+        assert client.get_server_metadata().name == "zeroserve"
+        assert client.is_model_ready("g_infer")  # registered: servable, not woken
+        assert await _activations(admin, up, "g_infer") == 0
+        x = mlp_input(11)
+        result = await asyncio.to_thread(
+            client.infer, "g_infer", _inputs(x), client_timeout=REQUEST_TIMEOUT_S
+        )
+        _expect(model_dir, x, result.as_numpy("OUTPUT0"))
+        metadata = client.get_model_metadata("g_infer")
+        assert metadata.name == "g_infer"
+        assert [i.name for i in metadata.inputs] == ["INPUT0"]
+        assert client.get_model_config("g_infer").config.max_batch_size == 8
+        stats = client.get_inference_statistics("g_infer")
+        assert stats.model_stats[0].inference_stats.success.count >= 1
+    finally:
+        client.close()
+
+
+async def test_a_stream_from_zero_passes_every_request(
+    platform: tuple[Platform, str], admin: httpx.AsyncClient
+) -> None:
+    up, address = platform
+    model_dir = write_onnx_mlp(up.models_dir, "g_stream", SIZES, seed=12)
+    await register(admin, up, model_dir)
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    client = grpcclient.InferenceServerClient(address)
+    inputs = [mlp_input(1200 + i) for i in range(20)]
+    try:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        for i, x in enumerate(inputs):
+            client.async_stream_infer("g_stream", _inputs(x), request_id=str(i))
+        answers = {}
+        for _ in inputs:
+            result, error = await asyncio.to_thread(results.get, timeout=REQUEST_TIMEOUT_S)
+            assert error is None, error
+            answers[result.get_response().id] = result.as_numpy("OUTPUT0")
+        client.stop_stream()
+    finally:
+        client.close()
+    assert sorted(answers, key=int) == [str(i) for i in range(20)]
+    for i, x in enumerate(inputs):
+        _expect(model_dir, x, answers[str(i)])
+    assert await _activations(admin, up, "g_stream") == 1
+
+
+async def test_200_concurrent_calls_from_zero_all_correct_with_one_activation(
+    platform: tuple[Platform, str], admin: httpx.AsyncClient
+) -> None:
+    up, address = platform
+    model_dir = write_onnx_mlp(up.models_dir, "g_burst", SIZES, seed=13)
+    await register(admin, up, model_dir, max_replicas=1)
+    inputs = [mlp_input(1300 + i) for i in range(200)]
+    async with aioclient.InferenceServerClient(address) as client:
+        results = await asyncio.gather(
+            *(
+                client.infer(
+                    "g_burst",
+                    _inputs(x, aioclient),
+                    request_id=str(i),
+                    client_timeout=REQUEST_TIMEOUT_S,
+                )
+                for i, x in enumerate(inputs)
+            )
+        )
+    for i, (x, result) in enumerate(zip(inputs, results, strict=True)):
+        assert result.get_response().id == str(i)
+        _expect(model_dir, x, result.as_numpy("OUTPUT0"))
+    assert await _activations(admin, up, "g_burst") == 1
+
+
+async def test_an_unknown_model_is_not_found(platform: tuple[Platform, str]) -> None:
+    _, address = platform
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("nope", _inputs(mlp_input(0)), client_timeout=REQUEST_TIMEOUT_S)
+        assert not client.is_model_ready("nope")
+    finally:
+        client.close()
+    assert caught.value.status() == "StatusCode.NOT_FOUND"
+    assert caught.value.message() == "Request for unknown model: 'nope' is not found"
+
+
+async def test_repository_control_points_to_the_admin_api(platform: tuple[Platform, str]) -> None:
+    _, address = platform
+    client = grpcclient.InferenceServerClient(address)
+    try:
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("anything")
+    finally:
+        client.close()
+    assert caught.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "admin API" in (caught.value.message() or "")
+
+
+async def test_a_full_buffer_is_unavailable_with_a_retry_hint(
+    tmp_path: Path, admin: httpx.AsyncClient
+) -> None:
+    grpc_port = free_port()
+    up = start_platform(
+        tmp_path,
+        "small-buffer",
+        "--grpc-port",
+        str(grpc_port),
+        ZEROSERVE_ACTIVATOR_BUFFER_MAX_REQUESTS="2",
+    )
+    try:
+        # A model whose load takes seconds: the calls wait for it in the buffer meanwhile.
+        await register(admin, up, write_python_model(up.models_dir, "slow", SLOW_MODEL, dims=(4,)))
+        request = pb.ModelInferRequest(model_name="slow")
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+        request.raw_input_contents.append(np.ones((1, 4), np.float32).tobytes())
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+            infer = channel.unary_unary(
+                "/inference.GRPCInferenceService/ModelInfer",
+                request_serializer=pb.ModelInferRequest.SerializeToString,
+                response_deserializer=pb.ModelInferResponse.FromString,
+            )
+            outcomes = await asyncio.gather(
+                *(infer(request, timeout=REQUEST_TIMEOUT_S) for _ in range(12)),
+                return_exceptions=True,
+            )
+    finally:
+        up.stop()
+        up.wait_workers_gone()
+        up.kill_leftovers()
+    answered = [o for o in outcomes if isinstance(o, pb.ModelInferResponse)]
+    refused = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
+    assert len(answered) + len(refused) == len(outcomes), outcomes
+    assert answered and refused
+    for response in answered:
+        assert np.frombuffer(response.raw_output_contents[0], np.float32).tolist() == [2.0] * 4
+    for error in refused:
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+        assert "request buffer is full" in (error.details() or "")
+        assert dict(error.trailing_metadata() or ())["retry-after"] == "1"
+
+
+async def test_a_killed_worker_gives_clear_errors_and_nothing_hangs(
+    platform: tuple[Platform, str], admin: httpx.AsyncClient
+) -> None:
+    up, address = platform
+    model_dir = write_onnx_mlp(up.models_dir, "g_victim", SIZES, seed=14)
+    await register(admin, up, model_dir)
+    async with aioclient.InferenceServerClient(address) as client:
+        x = mlp_input(14)
+        first = await client.infer("g_victim", _inputs(x, aioclient))
+        _expect(model_dir, x, first.as_numpy("OUTPUT0"))
+        pid = await worker_pid_of(admin, up, "g_victim")
+        up.remember_workers()
+        stop = asyncio.Event()
+        failures: list[str] = []
+        answered = 0
+
+        async def traffic(seed: int) -> None:
+            nonlocal answered
+            i = 0
+            while not stop.is_set():
+                i += 1
+                x = mlp_input(seed * 10_000 + i)
+                try:
+                    result = await client.infer(
+                        "g_victim", _inputs(x, aioclient), client_timeout=REQUEST_TIMEOUT_S
+                    )
+                except InferenceServerException as exc:
+                    # Clear errors only: the activator's, naming the model, never a hang
+                    # (the client's deadline would be DEADLINE_EXCEEDED).
+                    assert exc.status() == "StatusCode.UNAVAILABLE", exc
+                    assert "g_victim" in (exc.message() or ""), exc
+                    failures.append(exc.message() or "")
+                else:
+                    _expect(model_dir, x, result.as_numpy("OUTPUT0"))
+                    answered += 1
+
+        async def kill() -> None:
+            await asyncio.sleep(1.0)
+            os.kill(pid, signal.SIGKILL)
+            await asyncio.sleep(3.0)
+            stop.set()
+
+        await asyncio.gather(*(traffic(s) for s in range(6)), kill())
+        assert answered > 0
+        x = mlp_input(15)
+        after = await client.infer("g_victim", _inputs(x, aioclient))
+        _expect(model_dir, x, after.as_numpy("OUTPUT0"))
+    assert await worker_pid_of(admin, up, "g_victim") != pid
