@@ -19,6 +19,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
@@ -29,6 +30,7 @@ from control_plane.placement import Placer
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.memory import MemoryStateStore
 from control_plane.worker_client import WorkerClient
+from foundation.proto import grpc_service_pb2 as pb
 from foundation.records import ModelRecord, WorkerRecord
 from tests.control_plane.fakes import make_settings
 
@@ -150,6 +152,7 @@ async def test_start_probe_stop(harness: Harness):
     assert worker.url.startswith("http://127.0.0.")
     assert [w.id for w in backend.list_workers()] == [worker.id]
     assert await backend.health(worker.id)
+    assert await _grpc_live(worker.grpc_address)
     pid = harness.pid_of(worker)
     assert pid is not None and is_alive(pid)
     await backend.stop_worker(worker.id)
@@ -157,6 +160,19 @@ async def test_start_probe_stop(harness: Harness):
     assert backend.list_workers() == []
     assert not await backend.health(worker.id)
     assert lost.ids == []  # a stop on purpose is no loss
+
+
+async def _grpc_live(address: str) -> bool:
+    """ServerLive at ``address``: the worker's gRPC server, where the record says it is."""
+    assert address.startswith("127.0.0."), address
+    async with grpc.aio.insecure_channel(address) as channel:
+        live = channel.unary_unary(
+            "/inference.GRPCInferenceService/ServerLive",
+            request_serializer=pb.ServerLiveRequest.SerializeToString,
+            response_deserializer=pb.ServerLiveResponse.FromString,
+        )
+        response = await live(pb.ServerLiveRequest(), timeout=GONE_TIMEOUT_S)
+    return bool(response.live)
 
 
 async def test_pool_bound(harness: Harness):

@@ -13,12 +13,10 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import grpc
 import pytest
 
 from control_plane.backends.base import PoolSpec
 from control_plane.backends.local import LocalBackend
-from foundation.proto import grpc_service_pb2 as pb
 from tests.control_plane.fakes import make_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
@@ -105,23 +103,6 @@ PARENT = textwrap.dedent(
     asyncio.run(main())
     """
 )
-
-
-async def test_a_worker_serves_grpc_at_its_records_address(
-    backend: tuple[LocalBackend, Lost],
-):
-    local, _ = backend
-    worker = await local.start_worker("default")
-    assert worker.grpc_address.startswith("127.0.0.1:")
-    assert worker.grpc_address != worker.url.removeprefix("http://")
-    async with grpc.aio.insecure_channel(worker.grpc_address) as channel:
-        live = channel.unary_unary(
-            "/inference.GRPCInferenceService/ServerLive",
-            request_serializer=pb.ServerLiveRequest.SerializeToString,
-            response_deserializer=pb.ServerLiveResponse.FromString,
-        )
-        response = await live(pb.ServerLiveRequest(), timeout=GONE_TIMEOUT_S)
-    assert response.live
 
 
 async def test_workers_die_with_a_killed_parent(tmp_path: Path):

@@ -385,6 +385,7 @@ class KnativeBackend(PodBackend):
             memory_bytes=state.spec.memory_bytes,
             state=WorkerState.READY,
             started_at=pod.started_at or self._wall(),
+            grpc_address=pod.grpc_address,
         )
         self._workers[record.id] = _Worker(record=record, pod=pod.name)
         while state.waiters:

@@ -19,6 +19,9 @@ Choices that differ from Knative's defaults, and why (shared/research/knative-ks
   marks a revision failed and scales it to zero when this runs out.
 - ``networking.knative.dev/visibility: cluster-local``: the pool is never exposed on Knative's
   ingress; the activator is the only front door.
+- The data plane's gRPC port is in its arguments but not among the container's ports:
+  Knative takes one port per Service (the one its queue-proxy fronts); the activator reaches
+  pods at their IP on both ports, bypassing the queue-proxy as it does for HTTP.
 """
 
 from __future__ import annotations
@@ -242,9 +245,14 @@ def _container(
             "0.0.0.0",
             "--http-port",
             str(port),
+            # Given even when 0: the data plane's own default is Triton's 8001.
+            "--grpc-port",
+            str(settings.grpc_port),
             "--cache-dir",
             settings.cache_dir,
         ],
+        # Only the HTTP port: Knative allows one. The gRPC port is reached at the pod's IP
+        # without being declared (see KnativeSettings.grpc_port; pods.py reads it back).
         "ports": [{"name": "http1", "containerPort": port, "protocol": "TCP"}],
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "resources": {

@@ -34,6 +34,8 @@ class PodView:
     revision: str | None = None
     started_at: float = 0.0
     """Wall-clock seconds since the epoch when the pod started; 0 when unknown."""
+    grpc_port: int = 0
+    """The runtime's gRPC port (its ``--grpc-port`` argument); 0 when it serves none."""
     problem: str | None = None
     """Why a pod that is not ready is stuck, when Kubernetes says (unschedulable, image pull
     back-off, crash loop): what a failed worker start reports."""
@@ -51,10 +53,19 @@ class PodView:
 
     @property
     def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
+
+    @property
+    def grpc_address(self) -> str:
+        """``host:port`` of the runtime's gRPC server; empty when it serves none."""
+        if not self.grpc_port or not self.ip:
+            return ""
+        return f"{self._host}:{self.grpc_port}"
+
+    @property
+    def _host(self) -> str:
         host = self.ip or ""
-        if ":" in host:
-            host = f"[{host}]"
-        return f"http://{host}:{self.port}"
+        return f"[{host}]" if ":" in host else host
 
 
 def read_pods(pod_list: Mapping[str, Any], *, default_port: int) -> list[PodView]:
@@ -91,6 +102,7 @@ def read_pod(pod: Mapping[str, Any], *, default_port: int) -> PodView | None:
         revision=labels.get("serving.knative.dev/revision"),
         started_at=_timestamp(status.get("startTime")),
         problem=None if is_ready else _problem(conditions, status),
+        grpc_port=_grpc_port(spec),
     )
 
 
@@ -114,6 +126,18 @@ def _port(spec: Mapping[str, Any], default: int) -> int:
                 if port.get("containerPort"):
                     return int(port["containerPort"])
     return default
+
+
+def _grpc_port(spec: Mapping[str, Any]) -> int:
+    """The runtime's ``--grpc-port`` argument (manifests.py puts it there: the port is not
+    declared among the container's ports); 0 when absent or unreadable."""
+    for container in spec.get("containers") or []:
+        if container.get("name") == CONTAINER_NAME:
+            args = [str(a) for a in container.get("args") or []]
+            if "--grpc-port" in args[:-1]:
+                value = args[args.index("--grpc-port") + 1]
+                return int(value) if value.isdigit() and int(value) <= 65535 else 0
+    return 0
 
 
 def _timestamp(value: object) -> float:

@@ -109,6 +109,11 @@ class KnativeSettings(BaseSettings):
     """Service account of the runtime pods: the one allowed to read the model bucket (IRSA)."""
     container_port: int = Field(default=8080, ge=1, le=65535)
     """Port the data plane listens on inside the pod (not one Knative reserves)."""
+    grpc_port: int = Field(default=8001, ge=0, le=65535)
+    """Port of the data plane's gRPC server inside the pod (Triton's default), which the
+    activator reaches at the pod's IP as it does ``container_port``; 0 serves no gRPC. Not
+    declared in the container's ports: Knative takes exactly one, the port its queue-proxy
+    and ingress carry (HTTP), and an undeclared port is reachable all the same."""
     cache_dir: str = "/var/cache/zeroserve"
     """Node cache folder inside the pods (the cache volume's mount path)."""
     cache_volume: Literal["host-path", "pvc"] = "host-path"
@@ -142,7 +147,7 @@ class KnativeSettings(BaseSettings):
     pools: dict[str, PoolTemplate] = Field(default_factory=lambda: {"default": PoolTemplate()})
     """Pool name -> the template of its pods."""
 
-    @field_validator("container_port")
+    @field_validator("container_port", "grpc_port")
     @classmethod
     def _port(cls, value: int) -> int:
         if value in _RESERVED_PORTS:
@@ -168,4 +173,6 @@ class KnativeSettings(BaseSettings):
     def _check(self) -> Self:
         if self.cache_volume == "pvc" and not self.cache_claim:
             raise ValueError("cache_volume 'pvc' needs cache_claim")
+        if self.grpc_port == self.container_port:
+            raise ValueError("grpc_port and container_port must differ")
         return self

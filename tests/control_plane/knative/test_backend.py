@@ -98,6 +98,7 @@ async def test_start_scales_the_revision_and_returns_a_ready_pod(kube: FakeKube)
         (pod,) = kube.live_pods()
         assert worker.id == pod["metadata"]["name"]
         assert worker.url == f"http://{pod['status']['podIP']}:8080"
+        assert worker.grpc_address == f"{pod['status']['podIP']}:8001"
         assert worker.pool == "default"
         assert [w.id for w in backend.list_workers("default")] == [worker.id]
         assert revision(kube)["metadata"]["annotations"][MIN_SCALE] == "1"

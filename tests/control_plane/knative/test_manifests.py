@@ -108,6 +108,8 @@ def test_the_container_is_an_explicit_mode_data_plane_with_a_cache_volume():
     assert command[command.index("--model-control-mode") + 1] == "explicit"
     assert command[command.index("--cache-dir") + 1] == "/var/cache/zeroserve"
     assert command[command.index("--http-port") + 1] == "8080"
+    assert command[command.index("--grpc-port") + 1] == "8001"
+    # Knative takes one declared port: the gRPC one is served but not declared.
     assert container["ports"] == [{"name": "http1", "containerPort": 8080, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": 8080}
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
@@ -125,6 +127,11 @@ def test_the_container_is_an_explicit_mode_data_plane_with_a_cache_volume():
     assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
+
+
+def test_a_pool_without_grpc_says_so_to_the_data_plane():
+    (container,) = build(grpc_port=0)["spec"]["template"]["spec"]["containers"]
+    assert container["args"][container["args"].index("--grpc-port") + 1] == "0"
 
 
 def test_autoscaling_is_gpu_sane_and_starts_at_zero():

@@ -26,7 +26,11 @@ def pod(
         "spec": {
             "nodeName": "gpu-node-1",
             "containers": [
-                {"name": "runtime", "ports": [{"containerPort": 8080}]},
+                {
+                    "name": "runtime",
+                    "ports": [{"containerPort": 8080}],
+                    "args": ["serve", "--http-port", "8080", "--grpc-port", "8001"],
+                },
                 {"name": "queue-proxy", "ports": [{"containerPort": 8012}]},
             ],
         },
@@ -58,6 +62,24 @@ def test_a_ready_pod():
     )
     assert view.is_ready and not view.is_gone and view.problem is None
     assert view.worker_id == view.name
+    assert view.grpc_address == "10.0.0.7:8001"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["serve", "--http-port", "8080"], id="no-grpc-argument"),
+        pytest.param(["serve", "--grpc-port", "0"], id="grpc-off"),
+        pytest.param(["serve", "--grpc-port"], id="argument-without-value"),
+        pytest.param(["serve", "--grpc-port", "x"], id="not-a-port"),
+        pytest.param(["serve", "--grpc-port", "70000"], id="out-of-range"),
+    ],
+)
+def test_a_runtime_without_a_grpc_port_has_no_grpc_address(args: list[str]):
+    doc = pod()
+    doc["spec"]["containers"][0]["args"] = args
+    view = read_pod(doc, default_port=1)
+    assert view is not None and (view.grpc_port, view.grpc_address) == (0, "")
     assert view.revision == "zeroserve-default-abc"
     assert view.node == "gpu-node-1"
     assert view.started_at == pytest.approx(1795255200.0)
@@ -123,6 +145,8 @@ def test_odd_documents():
     )
     ipv6 = read_pod(pod(ip="fd00::7"), default_port=1)
     assert ipv6 is not None and ipv6.url == "http://[fd00::7]:8080"
+    assert ipv6.grpc_address == "[fd00::7]:8001"
+    assert bare.grpc_address == ""
     assert [v.name for v in read_pods({"items": [pod(), pod(pool=None)]}, default_port=1)] == [
         "zeroserve-default-abc-deployment-1"
     ]

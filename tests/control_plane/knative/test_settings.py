@@ -39,6 +39,8 @@ def test_defaults_lift_knative_limits():
     "overrides",
     [
         pytest.param({"container_port": 8012}, id="queue-proxy-port"),
+        pytest.param({"grpc_port": 9091}, id="grpc-on-a-queue-proxy-port"),
+        pytest.param({"grpc_port": 8080}, id="grpc-on-the-http-port"),
         pytest.param({"cache_volume": "pvc"}, id="pvc-without-claim"),
         pytest.param({"cache_dir": "relative"}, id="relative-cache"),
         pytest.param({"stable_window_s": 5}, id="window-below-knative-minimum"),
