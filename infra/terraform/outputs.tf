@@ -23,6 +23,11 @@ output "model_storage_root" {
   value       = "s3://${aws_s3_bucket.models.bucket}/${var.model_prefix}"
 }
 
+output "grpc_endpoint" {
+  description = "The activator's gRPC endpoint for clients inside the cluster (Triton's inference service for every model); empty when serve_grpc is false. The public ALB carries HTTP only."
+  value       = var.serve_grpc ? "zeroserve-activator.zeroserve.svc.cluster.local:8001" : ""
+}
+
 output "redis_primary_endpoint" {
   description = "Primary endpoint of the Redis state store (TLS, auth token; private subnets only)."
   value       = "${aws_elasticache_replication_group.state.primary_endpoint_address}:${aws_elasticache_replication_group.state.port}"

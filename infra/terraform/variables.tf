@@ -264,6 +264,12 @@ variable "service_accounts" {
   }
 }
 
+variable "serve_grpc" {
+  description = "Serve gRPC (Triton's inference service) at the activator, for clients in the cluster, and on the runtime pods behind it, on the port deploy/kubernetes gives (8001); false sets ZEROSERVE_ACTIVATOR_GRPC_PORT and ZEROSERVE_KNATIVE_GRPC_PORT to 0."
+  type        = bool
+  default     = true
+}
+
 variable "deploy_zeroserve" {
   description = "Apply zeroserve itself from deploy/kubernetes (a kustomization); false stops after the cluster and its add-ons."
   type        = bool

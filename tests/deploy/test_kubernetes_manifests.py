@@ -288,7 +288,7 @@ def test_network_policies_admit_only_whom_they_should():
         assert selected, spec
     _, knative, activator = settings_from_deploy()
     runtime = policies["zeroserve-runtime"]
-    (inference, queue_proxy) = runtime["ingress"]
+    (inference, grpc, queue_proxy) = runtime["ingress"]
     assert [p["port"] for p in inference["ports"]] == [knative.container_port]
     sources = [
         f["podSelector"]["matchLabels"] for f in inference["from"] if "namespaceSelector" not in f
@@ -297,14 +297,34 @@ def test_network_policies_admit_only_whom_they_should():
         "activator",
         "control-plane",
     ]
-    # Knative reaches the queue-proxy only, never the data plane's port.
-    assert knative.container_port not in [p["port"] for p in queue_proxy["ports"]]
+    # The runtime's gRPC port is the activator's alone.
+    assert knative.grpc_port and [p["port"] for p in grpc["ports"]] == [knative.grpc_port]
+    assert [
+        f["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for f in grpc["from"]
+    ] == ["activator"]
+    # Knative reaches the queue-proxy only, never the data plane's ports.
+    queue_ports = [p["port"] for p in queue_proxy["ports"]]
+    assert knative.container_port not in queue_ports and knative.grpc_port not in queue_ports
     admin = policies["zeroserve-control-plane"]
     (rule,) = admin["ingress"]
     assert all("podSelector" in f for f in rule["from"])  # nobody else, not the internet
     assert [p["port"] for p in policies["zeroserve-activator"]["ingress"][0]["ports"]] == [
-        activator.port
+        activator.port,
+        activator.grpc_port,
     ]
+
+
+def test_the_activators_grpc_port_is_served_and_published_in_the_cluster():
+    _, _, activator = settings_from_deploy()
+    assert activator.grpc_port == 8001
+    (container,) = one("Deployment", "zeroserve-activator")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": activator.port, "grpc": activator.grpc_port}
+    service_ports = {p["name"]: p for p in one("Service", "zeroserve-activator")["spec"]["ports"]}
+    assert service_ports["grpc"]["targetPort"] == "grpc"
+    assert service_ports["grpc"]["appProtocol"] == "kubernetes.io/h2c"
 
 
 def test_the_ingress_exposes_the_activator_only():

@@ -199,6 +199,20 @@ def test_what_terraform_merges_into_the_config_map_is_settings() -> None:
     assert "ZEROSERVE_KNATIVE_POOLS = var.knative_pools" in text
 
 
+def test_serve_grpc_false_turns_off_grpc_where_deploy_kubernetes_turns_it_on() -> None:
+    """deploy/kubernetes serves gRPC at the activator and on the runtime pods; Terraform's
+    switch sets both of those settings to 0, and nothing else."""
+    _, knative, activator = _settings("zeroserve-activator")
+    assert activator.grpc_port and knative.grpc_port
+    assert _default("serve_grpc") is True
+    text = (TERRAFORM / "zeroserve.tf").read_text()
+    start = "var.serve_grpc ? {} : {"
+    block = text[text.index(start) + len(start) :]
+    block = block[: block.index("}")]
+    found = dict(re.findall(r"^\s+([A-Z][A-Z0-9_]+)\s+=\s+\"(.*)\"\s*$", block, re.MULTILINE))
+    assert found == {"ZEROSERVE_ACTIVATOR_GRPC_PORT": "0", "ZEROSERVE_KNATIVE_GRPC_PORT": "0"}
+
+
 def test_gpu_pools_select_and_tolerate_the_gpu_node_group() -> None:
     label = {key: _text(value) for key, value in _entries(_local("main.tf", "gpu_label"))}
     taint = {key: _text(value) for key, value in _entries(_local("main.tf", "gpu_taint"))}
