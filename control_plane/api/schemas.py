@@ -324,6 +324,9 @@ class WorkerView(BaseModel):
 
     id: str
     url: str
+    grpc_address: str = Field(
+        default="", description="host:port of the worker's gRPC server; empty when it has none"
+    )
     pool: str
     device: str
     memory_bytes: int

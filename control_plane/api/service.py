@@ -195,6 +195,7 @@ class AdminService:
                 schemas.WorkerView(
                     id=worker.id,
                     url=worker.url,
+                    grpc_address=worker.grpc_address,
                     pool=worker.pool,
                     device=worker.device,
                     memory_bytes=worker.memory_bytes,

@@ -353,8 +353,8 @@ async def test_load_shows_replicas_and_a_timeline_then_unload(api: Api):
     assert activations["model"] == "m"
     assert [a["id"] for a in activations["activations"]] == [timeline["id"]]
     workers = (await api.client.get("/admin/v1/workers", headers=AUTH)).json()["workers"]
-    assert [(w["id"], w["models"], w["details"]) for w in workers] == [
-        ("w1", ["m"], {"fake": True})
+    assert [(w["id"], w["models"], w["details"], w["grpc_address"]) for w in workers] == [
+        ("w1", ["m"], {"fake": True}, "")  # the fake backend's workers serve no gRPC
     ]
     metrics = (await api.client.get("/metrics")).text
     assert 'zeroserve_activation_duration_seconds_count{cache="hit",phase="total"} 1.0' in metrics
