@@ -226,9 +226,9 @@ def _request_context(model: LoadedVersion, request: InferRequest) -> RequestCont
         requested = tuple(o.name for o in request.outputs)
         for name in requested:
             if name not in model.outputs:
+                # Triton's text for these models, which carries no request id.
                 raise InvalidArgumentError(
-                    f"{request_prefix(request.id)}unexpected inference output '{name}' for "
-                    f"model '{model.name}'"
+                    f"unexpected inference output '{name}' for model '{model.name}'"
                 )
     parameters = request.parameters
     correlation_id = parameters.get("sequence_id", 0)

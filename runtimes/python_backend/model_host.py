@@ -67,7 +67,7 @@ class ModelHost:
     """
 
     def __init__(self, sock: socket.socket, inputs: Arena, outputs: Arena, name: str) -> None:
-        self._sock = sock
+        self._channel = messages.Channel(sock)
         self._inputs = inputs
         self._outputs = outputs
         self._name = name
@@ -87,7 +87,7 @@ class ModelHost:
     def is_cancelled(self, execution: int, index: int) -> bool:
         self._send({"kind": "is_cancelled", "id": execution, "requests": [index]})
         while True:
-            reply = messages.receive(self._sock)
+            reply = self._channel.receive()
             if reply["kind"] == "cancelled" and reply.get("id") == execution:
                 return bool(reply["values"][0])
 
@@ -102,7 +102,7 @@ class ModelHost:
         sys.modules[MODULE_NAME] = pb_utils
         while True:
             try:
-                message = messages.receive(self._sock)
+                message = self._channel.receive()
             except messages.ChannelClosedError:
                 return 0
             # The server copied the last result's tensors out before it sent anything new.
@@ -124,7 +124,7 @@ class ModelHost:
 
     def _send(self, message: Message) -> None:
         with self._send_lock:
-            messages.send(self._sock, message)
+            self._channel.send(message)
 
     # ---- model lifecycle ----
 

@@ -2,9 +2,10 @@
 
 :func:`start` launches ``python -m runtimes.python_backend.stub`` (blocking; callers run it
 in a thread) with the control socket and the two arenas inherited, and waits for its
-``hello``. :class:`StubProcess` then drives it from the event loop: one reader task takes
-every message the stub sends (results, log lines, cancellation questions) and notices
-the end of the channel, which is how a crash shows; every wait on the stub is bounded.
+``hello``. :class:`StubProcess` then drives it from the event loop: a protocol on the
+channel takes every message the stub sends (results, log lines, cancellation questions)
+as its bytes arrive, without a task in between, and notices the end of the channel, which
+is how a crash shows; every wait on the stub is bounded.
 """
 
 from __future__ import annotations
@@ -179,9 +180,7 @@ class StubProcess:
         self._held: dict[int, list[int]] = {}
         self._dead_reason: str | None = None
         self._closing = False
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._reading: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
 
     @property
     def pid(self) -> int:
@@ -195,8 +194,10 @@ class StubProcess:
         """Connect the channel to the event loop and start reading."""
         sock = self._started.sock
         sock.setblocking(False)
-        self._reader, self._writer = await asyncio.open_unix_connection(sock=sock)
-        self._reading = asyncio.create_task(self._read(), name=f"stub-reader-{self.name}")
+        loop = asyncio.get_running_loop()
+        self._transport, _ = await loop.create_unix_connection(
+            lambda: _ChannelProtocol(self), sock=sock
+        )
 
     async def call(self, message: Message, answer: str, timeout_s: float) -> Message:
         """Send a control message and wait (bounded) for its answer of kind ``answer``.
@@ -272,18 +273,14 @@ class StubProcess:
                 await self.call(message, answer, timeout_s)
             except (StubDeadError, TimeoutError, OSError) as exc:
                 logger.warning("stub %s did not finalize cleanly: %r", self.name, exc)
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
         process = self._started.process
         try:
             await asyncio.to_thread(process.wait, timeout_s)
         except subprocess.TimeoutExpired:
             logger.warning("stub %s did not exit within %s s; killing it", self.name, timeout_s)
         await asyncio.to_thread(self._started.kill)
-        if self._reading is not None:
-            self._reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reading
 
     # ---- internals ----
 
@@ -295,26 +292,24 @@ class StubProcess:
         return future
 
     def _send(self, message: Message) -> None:
-        assert self._writer is not None, "open() first"
-        self._writer.write(messages.encode(message))
+        assert self._transport is not None, "open() first"
+        self._transport.write(messages.encode(message))
 
     def _release(self, execution: int) -> None:
         for offset in self._held.pop(execution, ()):
             self._started.inputs.free(offset)
 
-    async def _read(self) -> None:
-        assert self._reader is not None
-        reason = f"Stub process '{self.name}' is not healthy."
+    def _received(self, frames: messages.FrameBuffer) -> None:
+        """The protocol got bytes: handle every message they complete."""
         try:
-            while True:
-                header = await self._reader.readexactly(messages.HEADER.size)
-                body = await self._reader.readexactly(messages.body_length(header))
-                self._dispatch(messages.decode(body))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except ValueError as exc:
-            logger.error("stub %s sent a malformed message: %s", self.name, exc)
+            for message in frames.messages():
+                self._dispatch(message)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            logger.error("stub %s sent a malformed message: %r; stopping it", self.name, exc)
             self._started.process.kill()
+            self._die(f"Stub process '{self.name}' is not healthy.")
+
+    def _channel_lost(self) -> None:
         if not self._closing:
             logger.error(
                 "the Python stub %s (pid %d) ended unexpectedly",
@@ -322,7 +317,7 @@ class StubProcess:
                 self.pid,
                 extra={"stub": self.name},
             )
-        self._die(reason)
+        self._die(f"Stub process '{self.name}' is not healthy.")
 
     def _dispatch(self, message: Message) -> None:
         kind = message["kind"]
@@ -368,3 +363,26 @@ class StubProcess:
         self._pending.clear()
         if not self._closing and self._on_death is not None:
             self._on_death(reason)
+
+
+class _ChannelProtocol(asyncio.BufferedProtocol):
+    """The server's end of a stub's channel: frames in, to its StubProcess.
+
+    Buffered, so that each read lands in one reused buffer: a plain Protocol has asyncio
+    allocate a fresh 256 KiB bytes object per read, which costs more than the read.
+    """
+
+    def __init__(self, stub: StubProcess) -> None:
+        self._stub = stub
+        self._frames = messages.FrameBuffer()
+        self._buffer = bytearray(1 << 16)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._buffer)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._frames.feed(self._buffer[:nbytes])
+        self._stub._received(self._frames)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stub._channel_lost()

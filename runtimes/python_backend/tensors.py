@@ -48,6 +48,9 @@ def datatype_of(array: np.ndarray) -> str:
 
     Raises ValueError for a dtype Triton has no datatype for.
     """
+    datatype = _DATATYPES.get(array.dtype)
+    if datatype is not None:
+        return datatype
     if array.dtype.kind in "OSU":
         return "BYTES"
     datatype = _DATATYPES.get(array.dtype.newbyteorder("="))
