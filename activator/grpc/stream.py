@@ -30,8 +30,6 @@ when the lane takes it until its response.
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -39,20 +37,13 @@ from typing import Final
 
 import grpc
 
-from activator.errors import UpstreamError, UpstreamTimeoutError
 from activator.grpc.channels import WorkerChannels
-from activator.grpc.dispatch import (
-    Dispatch,
-    Turn,
-    WorkerStatusError,
-    method_path,
-    worker_failure,
-)
+from activator.grpc.dispatch import Dispatch, method_path, worker_failure
 from activator.grpc.status import UNPARSABLE_MESSAGE, GrpcStatus, grpc_status
 from activator.grpc.unary import forwarded_metadata
-from activator.grpc.wire import MalformedMessageError, string_fields, submessage_string
+from activator.grpc.wire import MalformedMessageError, string_fields
+from activator.grpc.worker_stream import StreamRequest, WorkerStream, error_response
 from activator.traffic import Traffic
-from foundation.proto import grpc_service_pb2 as pb
 
 __all__ = ["StreamForward", "StreamStatusError"]
 
@@ -61,8 +52,6 @@ logger = logging.getLogger(__name__)
 _PATH: Final = method_path("ModelStreamInfer")
 _MODEL_NAME = 1
 _REQUEST_ID = 3
-_INFER_RESPONSE = 2
-"""ModelStreamInferResponse.infer_response; its ModelInferResponse carries ``id`` as 3."""
 
 
 class StreamStatusError(Exception):
@@ -71,12 +60,6 @@ class StreamStatusError(Exception):
     def __init__(self, status: GrpcStatus) -> None:
         super().__init__(status.message)
         self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class _Request:
-    data: bytes
-    id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +77,6 @@ class _End:
 
 _CLOSE: Final = None
 """Put in a lane's queue when the client half-closed: no request follows."""
-
-
-def error_response(message: str, request_id: str) -> bytes:
-    """A stream's answer to a request that failed."""
-    response = pb.ModelStreamInferResponse(
-        error_message=message, infer_response=pb.ModelInferResponse(id=request_id)
-    )
-    return response.SerializeToString()
 
 
 class StreamForward:
@@ -194,7 +169,7 @@ class _Session:
             lane = self.lanes.get(model)
             if lane is None:
                 lane = self.lanes[model] = _Lane(self, model)
-            lane.queue.put_nowait(_Request(data, fields.get(_REQUEST_ID, "")))
+            lane.queue.put_nowait(StreamRequest(data, fields.get(_REQUEST_ID, "")))
         # The end goes after every answer: let the lanes finish what they hold.
         lanes = list(self.lanes.values())
         for lane in lanes:
@@ -214,7 +189,7 @@ class _Lane:
         self.session = session
         self.model = model
         # Bounded by the session's slots, taken before each put.
-        self.queue: asyncio.Queue[_Request | None] = asyncio.Queue()
+        self.queue: asyncio.Queue[StreamRequest | None] = asyncio.Queue()
         self.task = asyncio.create_task(self._run(), name=f"grpc-stream-lane-{model}")
 
     async def _run(self) -> None:
@@ -237,7 +212,7 @@ class _Lane:
         finally:
             self.session.lane_done(self)
 
-    async def _serve(self, first: _Request) -> bool:
+    async def _serve(self, first: StreamRequest) -> bool:
         """Route ``first``, open a worker stream and carry the lane's requests on it until
         the client half-closes (False) or the worker stream ends (True: route again)."""
         forward = self.session.forward
@@ -253,7 +228,7 @@ class _Lane:
         finally:
             worker.close()
 
-    async def _open(self) -> _WorkerStream:
+    async def _open(self) -> WorkerStream:
         forward = self.session.forward
         dispatch = forward.dispatch
         loop = asyncio.get_running_loop()
@@ -285,171 +260,16 @@ class _Lane:
                 forward.channels.release(address)
                 turn.release()
                 raise
-            return _WorkerStream(self, call, turn)
+            return WorkerStream(
+                self.model,
+                call,
+                turn,
+                channels=forward.channels,
+                traffic=forward.traffic,
+                read_timeout_s=dispatch.read_timeout_s,
+                outlet=self.session,
+            )
 
-    def _fail_one(self, request: _Request, error: BaseException) -> None:
+    def _fail_one(self, request: StreamRequest, error: BaseException) -> None:
         message = grpc_status(error, "ModelStreamInfer").message
         self.session.answer(error_response(message, request.id))
-
-
-class _WorkerStream:
-    """A lane's stream to one worker: requests written as the lane takes them, responses
-    sent on as they come, each request accounted from write to response."""
-
-    def __init__(
-        self,
-        lane: _Lane,
-        call: grpc.aio.StreamStreamCall[bytes, bytes],
-        turn: Turn,
-    ) -> None:
-        self.lane = lane
-        self.call = call
-        self.turn = turn
-        self.pending: collections.Counter[str] = collections.Counter()
-        """Request ids sent and not answered, with how many of each (ids may repeat, and
-        are often all empty)."""
-        self.pending_count = 0
-        self.has_responded = False
-        self._forward = lane.session.forward
-        self._loop = asyncio.get_running_loop()
-        self._timer: asyncio.Timeout | None = None
-
-    async def carry(self, first: _Request, queue: asyncio.Queue[_Request | None]) -> bool:
-        """Carry ``first`` (already counted as traffic) and the lane's next requests;
-        False once the lane is done (the client half-closed, or the client stream must
-        end), True when the worker stream ended first and the lane routes again."""
-        self._sent(first)
-        writer = asyncio.create_task(self._write(first, queue), name="grpc-stream-writer")
-        try:
-            failure = await self._read_all()
-        finally:
-            is_half_closed = (
-                writer.done() and not writer.cancelled() and writer.exception() is None
-            ) and writer.result()
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
-        if failure is None and self.pending_count == 0:
-            return not is_half_closed
-        replica = self.turn.replica
-        if failure is None:
-            failure = UpstreamError(
-                model=self.lane.model,
-                url=replica.grpc_address,
-                reason="the worker ended its stream with requests unanswered",
-            )
-        self._fail_pending(failure)
-        if isinstance(failure, WorkerStatusError):
-            self.lane.session.end(GrpcStatus(failure.code, failure.details, failure.metadata))
-            return False
-        return not is_half_closed
-
-    def close(self) -> None:
-        """Cancel the call if it still runs and give back what it holds (requests still
-        pending stop counting: their client left)."""
-        self.call.cancel()
-        self._forward.channels.release(self.turn.replica.grpc_address)
-        self.turn.release()
-        while self.pending_count:
-            self._settle(next(iter(self.pending)))
-
-    async def _write(self, first: _Request, queue: asyncio.Queue[_Request | None]) -> bool:
-        """Write requests until the lane closes (True: half-closed) or the call ends."""
-        request: _Request | None = first
-        while request is not None:
-            try:
-                await self.call.write(request.data)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
-                return False  # the reader sees why the call ended
-            request = await queue.get()
-            if request is not None:
-                self._forward.traffic.begin(self.lane.model)
-                self._sent(request)
-        with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
-            await self.call.done_writing()
-        return True
-
-    async def _read_all(self) -> Exception | None:
-        """Read the worker's responses to the end; None at a clean end, else what failed."""
-        read_timeout_s = self._forward.dispatch.read_timeout_s
-        try:
-            async with asyncio.timeout(None) as timer:
-                self._timer = timer
-                self._arm()
-                while True:
-                    data = await self.call.read()
-                    if data is grpc.aio.EOF:
-                        return None
-                    assert isinstance(data, bytes)
-                    self._received(data)
-        except TimeoutError:
-            return UpstreamTimeoutError(
-                model=self.lane.model, url=self.turn.replica.grpc_address, timeout_s=read_timeout_s
-            )
-        except grpc.aio.AioRpcError as exc:
-            return worker_failure(self.lane.model, self.turn.replica, exc, timeout_s=read_timeout_s)
-        finally:
-            self._timer = None
-
-    def _arm(self) -> None:
-        """Give the worker ``upstream_read_timeout_s`` from now for its next response while
-        requests are pending, and all the time in the world while none is."""
-        if self._timer is not None:
-            when = None
-            if self.pending_count:
-                when = self._loop.time() + self._forward.dispatch.read_timeout_s
-            self._timer.reschedule(when)
-
-    def _sent(self, request: _Request) -> None:
-        replica = self.turn.replica
-        self.pending[request.id] += 1
-        self.pending_count += 1
-        replica.in_flight += 1
-        if not replica.awaiting_head:
-            replica.progress_at = self._loop.time()
-        replica.awaiting_head += 1
-        if self.pending_count == 1:
-            self._arm()
-
-    def _received(self, data: bytes) -> None:
-        try:
-            request_id = submessage_string(data, _INFER_RESPONSE, _REQUEST_ID)
-        except MalformedMessageError:
-            request_id = ""
-        is_answer = False
-        if self.pending_count:
-            # A response whose id matches nothing pending still answers one request: each
-            # request has exactly one response.
-            is_answer = True
-            self._settle(request_id if self.pending[request_id] else next(iter(self.pending)))
-        self.turn.replica.progress_at = self._loop.time()
-        if not self.has_responded:
-            self.has_responded = True
-            waited_s = self.turn.responded()
-            if waited_s is not None:
-                self._forward.traffic.first_response(
-                    self.lane.model, self.turn.replica.worker_id, waited_s
-                )
-        self._arm()
-        self.lane.session.answer(data, holds_slot=is_answer)
-
-    def _settle(self, request_id: str) -> None:
-        """One pending request with ``request_id`` is answered (or given up)."""
-        self.pending[request_id] -= 1
-        if self.pending[request_id] <= 0:
-            del self.pending[request_id]
-        self.pending_count -= 1
-        replica = self.turn.replica
-        replica.in_flight -= 1
-        replica.awaiting_head -= 1
-        self._forward.traffic.end(self.lane.model)
-
-    def _fail_pending(self, error: Exception) -> None:
-        message = (
-            error.details
-            if isinstance(error, WorkerStatusError)
-            else grpc_status(error, "ModelStreamInfer").message
-        )
-        for request_id, count in list(self.pending.items()):
-            for _ in range(count):
-                self._settle(request_id)
-                self.lane.session.answer(error_response(message, request_id))

@@ -8,7 +8,7 @@ import asyncio
 import grpc
 import pytest
 
-from activator.grpc.stream import error_response
+from activator.grpc.worker_stream import error_response
 from foundation.proto import grpc_service_pb2 as pb
 from tests.activator.fakes import FakeStore, RecordingActivate
 from tests.activator.grpc.conftest import (
