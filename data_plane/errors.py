@@ -36,6 +36,7 @@ __all__ = [
     "InvalidParameterError",
     "ModelLoadError",
     "ModelNotReadyError",
+    "ModelPollError",
     "NotFoundError",
     "QueueFullError",
     "RequestTimeoutError",
@@ -49,12 +50,25 @@ __all__ = [
 ]
 
 
-class UnknownModelError(InvalidArgumentError):
-    """The repository holds no model of this name (Triton answers 400 here, not 404)."""
+class UnknownModelError(NotFoundError):
+    """The server knows no model of this name (Triton's NOT_FOUND: 404 over HTTP)."""
 
     def __init__(self, *, model: str) -> None:
         super().__init__(f"Request for unknown model: '{model}' is not found")
         self.model = model
+
+
+class ModelPollError(ModelLoadError):
+    """A load failed before any version was built: the model's folder or its configuration
+    cannot be read or breaks a rule. Worded as Triton's "failed to poll from model
+    repository", with the reason Triton only logs."""
+
+    def __init__(self, *, model: str, reason: str) -> None:
+        DataPlaneError.__init__(
+            self, f"failed to load '{model}', failed to poll from model repository: {reason}"
+        )
+        self.model = model
+        self.reason = reason
 
 
 class RequestTimeoutError(UnavailableError):

@@ -45,6 +45,9 @@ async def infer(
     stats = model.stats
     try:
         batch, rows = _prepare_inputs(model, request)
+        reshape = model.reshape
+        if reshape is not None:
+            batch = reshape.to_model(batch)
         context = None
         if model.capabilities.requests is not None:
             context = _request_context(model, request)
@@ -57,7 +60,8 @@ async def infer(
             context=context,
         )
         executed = time.monotonic_ns()
-        outputs = _select_outputs(model, request, result.outputs, as_produced=context is not None)
+        produced = result.outputs if reshape is None else reshape.from_model(result.outputs)
+        outputs = _select_outputs(model, request, produced, as_produced=context is not None)
     except BaseException as exc:
         ended = time.monotonic_ns()
         stats.record_failure(reason=_failure_reason(exc), request_ns=ended - started)

@@ -15,26 +15,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from data_plane import model_code
-from data_plane.batcher import Batcher, BatchPolicy
 from data_plane.errors import (
     ModelLoadError,
     ModelNotReadyError,
+    ModelPollError,
     NotFoundError,
     UnknownModelError,
     UnsupportedError,
+    ZeroserveError,
 )
-from data_plane.stats import ModelStats
+from data_plane.model_version import (
+    UNLOADED,
+    FetchReport,
+    IndexEntry,
+    LoadedVersion,
+    TensorSpec,
+    VersionState,
+)
 from data_plane.storage import (
     CachedModel,
     NodeCache,
@@ -42,67 +46,24 @@ from data_plane.storage import (
     StorageUri,
     parse_storage_uri,
 )
+from data_plane.version_builder import LoadPlan, VersionBuilder, plan_load
 from foundation import model_config
-from foundation.datatypes import protocol_from_config
-from foundation.proto.model_config_pb2 import ModelConfig, ModelInstanceGroup
-from runtimes.base import ModelRuntime
-from runtimes.capabilities import Capabilities, Sleeper
-from runtimes.registry import RuntimeFactory, runtime_class_for
+from runtimes.capabilities import Sleeper
+from runtimes.registry import RuntimeFactory
+
+__all__ = [
+    "FetchReport",
+    "IndexEntry",
+    "LoadedVersion",
+    "ModelRepository",
+    "RepositorySettings",
+    "TensorSpec",
+    "VersionState",
+]
 
 logger = logging.getLogger(__name__)
 
 _NO_VERSIONS = "Request for unknown model: '{name}' has no available versions"
-
-
-class VersionState(enum.StrEnum):
-    """Triton's model version states, as the repository index reports them."""
-
-    UNKNOWN = "UNKNOWN"
-    READY = "READY"
-    UNAVAILABLE = "UNAVAILABLE"
-    LOADING = "LOADING"
-    UNLOADING = "UNLOADING"
-    SLEEPING = "SLEEPING"
-    """Not a Triton state: loaded, asleep, out of service until woken (LLM engines)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSpec:
-    """One configured input or output, in protocol terms."""
-
-    name: str
-    datatype: str
-    dims: tuple[int, ...]
-    optional: bool = False
-    labels: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
-    """One row of the repository index: a model version the server knows, or (``version``
-    None) a model it has only seen in the repository."""
-
-    name: str
-    version: int | None = None
-    state: VersionState | None = None
-    reason: str = ""
-    """Why the version is in its state (a failed load's error, ``unloaded``), or empty."""
-
-
-@dataclass(frozen=True, slots=True)
-class FetchReport:
-    """Where a load found the model's files: the node cache's answer for this load alone."""
-
-    cache: str
-    """``hit`` (the node cache held them), ``miss`` (they were downloaded) or ``local`` (a
-    local folder, read in place: no cache involved)."""
-    bytes_fetched: int
-    """Bytes downloaded for this load (0 unless a miss)."""
-    fetch_s: float
-    """Seconds spent getting the files (listing and checking them, downloading on a miss)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"cache": self.cache, "bytes_fetched": self.bytes_fetched, "fetch_s": self.fetch_s}
 
 
 @dataclass(frozen=True)
@@ -116,39 +77,8 @@ class RepositorySettings:
     gpu_count: int
     batcher_queue_bound: int
     drain_timeout_s: float
-
-
-@dataclass
-class LoadedVersion:
-    """One model version that is serving (or draining): engine, batcher and counters."""
-
-    name: str
-    version: int
-    config: ModelConfig
-    runtime: ModelRuntime
-    capabilities: Capabilities
-    """What the runtime offers beyond infer (text generation, sleep, ...), asked once at load."""
-    batcher: Batcher
-    stats: ModelStats
-    inputs: dict[str, TensorSpec]
-    outputs: dict[str, TensorSpec]
-    load_duration_s: float
-
-    @property
-    def max_batch_size(self) -> int:
-        return self.config.max_batch_size
-
-
-@dataclass(frozen=True)
-class _LoadPlan:
-    """What a load will build, worked out off the event loop."""
-
-    model_dir: Path
-    config: ModelConfig
-    versions: list[int]
-    runtime_class: type[ModelRuntime]
-    fingerprint: str
-    labels: dict[str, tuple[str, ...]]
+    warmup_timeout_s: float = 600.0
+    """Bound on a version's ``model_warmup`` runs, all of them together."""
 
 
 @dataclass
@@ -189,6 +119,11 @@ class ModelRepository:
         self._settings = settings
         self._cache = cache
         self._runtimes = runtimes
+        self._builder = VersionBuilder(
+            runtimes,
+            batcher_queue_bound=settings.batcher_queue_bound,
+            warmup_timeout_s=settings.warmup_timeout_s,
+        )
         self._entries: dict[str, _Entry] = {}
         self._required: set[str] = set()
         """The start-up models readiness waits on (until each is unloaded on purpose)."""
@@ -262,10 +197,14 @@ class ModelRepository:
 
     async def index(self, *, ready_only: bool) -> list[IndexEntry]:
         """Triton's repository index: one row per known version, a name-only row otherwise."""
-        on_disk = await self.model_names_on_disk()
+        on_disk = set(await self.model_names_on_disk())
         rows: list[IndexEntry] = []
-        for name in sorted(set(on_disk) | set(self._entries)):
+        for name in sorted(on_disk | set(self._entries)):
             entry = self._entries.get(name)
+            if name not in on_disk and entry is not None and _is_gone(entry):
+                # Unloaded and no longer in the repository (removed in poll mode): Triton
+                # lists it no more.
+                continue
             if entry is None or not entry.states:
                 if not ready_only:
                     rows.append(IndexEntry(name))
@@ -308,7 +247,7 @@ class ModelRepository:
         try:
             model_config.validate_model_name(name)
         except model_config.ConfigError as exc:
-            raise ModelLoadError(model=name, reason=str(exc)) from exc
+            raise ModelPollError(model=name, reason=str(exc)) from exc
         entry = self._entries.get(name)
         if entry is None:
             entry = self._entries[name] = _Entry(name=name)
@@ -334,12 +273,15 @@ class ModelRepository:
         return await asyncio.shield(task)
 
     async def unload(self, name: str) -> None:
-        """Take every version of ``name`` out of service, drain it, and free its engine."""
+        """Take every version of ``name`` out of service, drain it, and free its engine.
+
+        Unloading a name the server does not know does nothing, as in Triton.
+        """
         # Asked for, so readiness no longer waits on it (even when nothing of it is known).
         self._required.discard(name)
         entry = self._entries.get(name)
         if entry is None:
-            raise UnknownModelError(model=name)
+            return
         while entry.task is not None and not entry.task.done():
             with contextlib.suppress(Exception):
                 await asyncio.shield(entry.task)
@@ -417,17 +359,21 @@ class ModelRepository:
             cached, fetched = await self._fetch(name, storage_uri)
             try:
                 plan = await asyncio.to_thread(
-                    self._plan_load,
-                    name,
-                    config_override,
-                    cached,
-                    storage_uri is not None,
-                    allow_model_code,
+                    functools.partial(
+                        plan_load,
+                        name,
+                        cached,
+                        config_override=config_override,
+                        is_named_by_load=storage_uri is not None,
+                        allow_model_code=allow_model_code,
+                        gpu_count=self._settings.gpu_count,
+                    )
                 )
             except BaseException:
                 cached.unpin()
                 raise
-        except ModelLoadError:
+        except ModelLoadError as exc:
+            logger.warning("load of %s failed: %s", name, exc.message)
             if not entry.serving and not entry.states:
                 # Nothing was ever known of this name: forget it again.
                 self._entries.pop(name, None)
@@ -451,14 +397,16 @@ class ModelRepository:
             for loaded in built.values():
                 await self._retire(loaded)
             cached.unpin()
-            reason = exc.message if isinstance(exc, ModelLoadError) else str(exc) or repr(exc)
+            failed = next(v for v in versions if v not in built)
+            reason = _failure_reason(failed, exc)
             for version in versions:
                 if version not in entry.serving:
                     entry.states[version] = (VersionState.UNAVAILABLE, reason)
-            logger.warning("load of %s failed: %s", name, reason)
-            if isinstance(exc, ModelLoadError):
-                raise
-            raise ModelLoadError(model=name, reason=reason) from exc
+            logger.warning("load of %s version %s failed: %s", name, failed, reason)
+            # Triton's words, which clients match on.
+            raise ModelLoadError(
+                model=name, reason=f"version {failed} is at UNAVAILABLE state: {reason};\n"
+            ) from exc
         old, old_cached = {**entry.sleeping, **entry.serving}, entry.cached
         entry.serving, entry.cached, entry.sleeping = built, cached, {}
         entry.fingerprint = plan.fingerprint
@@ -470,7 +418,7 @@ class ModelRepository:
         retired = [loaded for version, loaded in old.items()]
         for loaded in retired:
             if loaded.version not in built:
-                entry.states[loaded.version] = (VersionState.UNAVAILABLE, "unloaded")
+                entry.states[loaded.version] = (VersionState.UNAVAILABLE, UNLOADED)
             await self._retire(loaded)
         if old_cached is not None:
             old_cached.unpin()
@@ -489,7 +437,7 @@ class ModelRepository:
                 uri = parse_storage_uri(storage_uri, allowed=self._settings.allowed_storage)
             cached = await self._cache.fetch(uri, model=name)
         except StorageError as exc:
-            raise ModelLoadError(model=name, reason=exc.message) from exc
+            raise ModelPollError(model=name, reason=exc.message) from exc
         if not uri.is_s3:
             cache = "local"
         elif cached.fetched_bytes:
@@ -498,130 +446,11 @@ class ModelRepository:
             cache = "hit"
         return cached, FetchReport(cache, cached.fetched_bytes, time.monotonic() - started)
 
-    def _plan_load(
-        self,
-        name: str,
-        config_override: str | None,
-        cached: CachedModel,
-        is_named_by_load: bool,
-        allow_model_code: bool,
-    ) -> _LoadPlan:
-        """Read and complete the config and pick versions (blocking: runs in a thread).
-
-        ``is_named_by_load``: the model comes by storage URI, so the load's name is its name
-        whatever its stored config.pbtxt says (the platform registers a folder under a name
-        of its own; in a repository the folder's name and the config's must agree, as in
-        Triton).
-        """
-        model_dir = cached.path
-        if not model_dir.is_dir():
-            raise ModelLoadError(model=name, reason="failed to poll from model repository")
-        try:
-            if config_override is not None:
-                config = model_config.parse_json(config_override)
-            else:
-                config = model_config.read_config_file(model_dir) or ModelConfig()
-            if is_named_by_load and config_override is None:
-                config.name = name
-            config.name = config.name or name
-            version_dirs = [
-                p for p in model_dir.iterdir() if p.is_dir() and model_config.is_version(p.name)
-            ]
-            if not version_dirs:
-                raise model_config.ConfigError(
-                    "at least one version must be available under the version policy of "
-                    f"model '{name}'"
-                )
-            newest = max(version_dirs, key=lambda p: int(p.name))
-            runtime_class = runtime_class_for(config, newest)
-            # Before anything reads the model's files as code (complete_config may).
-            if not allow_model_code and model_code.runs_model_code(runtime_class):
-                raise model_config.ConfigError(
-                    f"model '{name}' is code ({runtime_class.kind} backend) and this load "
-                    "does not allow model code"
-                )
-            if not config.backend and not config.platform:
-                config.backend = runtime_class.kind
-            runtime_class.complete_config(newest, config)
-            model_config.normalize(
-                config,
-                name=name,
-                gpu_count=self._settings.gpu_count,
-                default_cpu_instances=runtime_class.default_cpu_instances,
-            )
-            versions = model_config.versions_to_load(model_dir, config)
-            labels = {
-                t.name: _read_labels(model_dir, t.label_filename)
-                for t in config.output
-                if t.label_filename
-            }
-        except (model_config.ConfigError, ValueError, OSError) as exc:
-            raise ModelLoadError(model=name, reason=str(exc)) from exc
-        fingerprint = hashlib.sha256(
-            cached.digest.encode() + config.SerializeToString(deterministic=True)
-        ).hexdigest()
-        return _LoadPlan(model_dir, config, versions, runtime_class, fingerprint, labels)
-
-    async def _build_version(
-        self,
-        name: str,
-        version: int,
-        plan: _LoadPlan,
-    ) -> LoadedVersion:
-        started = time.monotonic()
-        config = plan.config
-        version_config = ModelConfig()
-        version_config.CopyFrom(config)
-        runtime = self._runtimes.create(plan.runtime_class.kind, name=name, version=version)
-        group = config.instance_group[0]
-        device = f"cuda:{group.gpus[0]}" if group.kind == ModelInstanceGroup.KIND_GPU else "cpu"
-        await runtime.load(plan.model_dir / str(version), version_config, device)
-        stats = ModelStats()
-        capabilities = runtime.resolve_capabilities()
-        try:
-            batcher = Batcher(
-                runtime.infer,
-                BatchPolicy.from_config(
-                    version_config, queue_bound=self._settings.batcher_queue_bound
-                ),
-                on_execution=stats.record_execution,
-                execute_requests=(
-                    capabilities.requests.execute_requests
-                    if capabilities.requests is not None
-                    else None
-                ),
-            )
-            await batcher.start()
-        except BaseException:
-            await runtime.unload()
-            raise
-        loaded = LoadedVersion(
-            name=name,
-            version=version,
-            config=version_config,
-            runtime=runtime,
-            capabilities=capabilities,
-            batcher=batcher,
-            stats=stats,
-            inputs={
-                t.name: TensorSpec(
-                    t.name, protocol_from_config(t.data_type), tuple(t.dims), t.optional
-                )
-                for t in version_config.input
-            },
-            outputs={
-                t.name: TensorSpec(
-                    t.name,
-                    protocol_from_config(t.data_type),
-                    tuple(t.dims),
-                    labels=plan.labels.get(t.name),
-                )
-                for t in version_config.output
-            },
-            load_duration_s=time.monotonic() - started,
-        )
-        if capabilities.failure is not None:
-            capabilities.failure.on_failure(functools.partial(self._version_failed, loaded))
+    async def _build_version(self, name: str, version: int, plan: LoadPlan) -> LoadedVersion:
+        loaded = await self._builder.build(name, version, plan)
+        for capabilities in loaded.instances.member_capabilities():
+            if capabilities.failure is not None:
+                capabilities.failure.on_failure(functools.partial(self._version_failed, loaded))
         return loaded
 
     def _version_failed(self, loaded: LoadedVersion, reason: str) -> None:
@@ -703,7 +532,7 @@ class ModelRepository:
             entry.states[version] = (VersionState.UNLOADING, "")
         for loaded in serving.values():
             await self._retire(loaded)
-            entry.states[loaded.version] = (VersionState.UNAVAILABLE, "unloaded")
+            entry.states[loaded.version] = (VersionState.UNAVAILABLE, UNLOADED)
         if cached is not None:
             cached.unpin()
         logger.info("unloaded %s", entry.name)
@@ -715,7 +544,7 @@ class ModelRepository:
         try:
             await loaded.batcher.close(timeout_s=self._settings.drain_timeout_s)
         finally:
-            await loaded.runtime.unload()
+            await loaded.instances.unload()
 
 
 def _sleeper(loaded: LoadedVersion) -> Sleeper:
@@ -727,10 +556,21 @@ def _sleeper(loaded: LoadedVersion) -> Sleeper:
     return sleeper
 
 
-def _read_labels(model_dir: Path, label_filename: str) -> tuple[str, ...]:
-    path = (model_dir / label_filename).resolve()
-    if not path.is_relative_to(model_dir.resolve()) or not path.is_file():
-        raise model_config.ConfigError(
-            f"label file '{label_filename}' not found in the folder of model '{model_dir.name}'"
-        )
-    return tuple(path.read_text(encoding="utf-8").splitlines())
+def _failure_reason(version: int, error: BaseException) -> str:
+    """Why ``version`` failed, as the index shows it: the error's own words, without the
+    "version N is at UNAVAILABLE state" wording a runtime may have given it already."""
+    if isinstance(error, ModelLoadError):
+        reason = error.reason
+    elif isinstance(error, ZeroserveError):
+        reason = error.message
+    else:
+        reason = str(error) or repr(error)
+    return reason.removeprefix(f"version {version} is at UNAVAILABLE state: ").removesuffix(";\n")
+
+
+def _is_gone(entry: _Entry) -> bool:
+    """Whether nothing of ``entry`` serves, loads or failed: every version it had was
+    unloaded."""
+    return bool(entry.states) and all(
+        state == (VersionState.UNAVAILABLE, UNLOADED) for state in entry.states.values()
+    )

@@ -8,7 +8,9 @@ Triton applies before a model serves, and ``to_json`` prints what ``/config`` re
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -157,10 +159,12 @@ def normalize(
 ) -> None:
     """Validate ``config`` and fill Triton's defaults in place.
 
-    After this, ``name`` is set, ``version_policy`` is explicit, there is exactly one
-    instance group with a concrete kind and count, and dynamic batching has its preferred
-    sizes. ``gpu_count`` decides what KIND_AUTO means; ``default_cpu_instances`` is the
-    count of a KIND_CPU group that leaves it out (the runtime's; one per GPU otherwise).
+    After this, ``name`` is set, ``version_policy`` is explicit, every instance group has a
+    name, a concrete kind, a count and (KIND_GPU) its GPUs, dynamic batching has its
+    preferred sizes and ``optimization`` its pinned-memory defaults. ``gpu_count`` decides
+    what KIND_AUTO means and which GPUs a KIND_GPU group without ``gpus`` takes (all of them,
+    as in Triton); ``default_cpu_instances`` is the count of a KIND_CPU group that leaves it
+    out (the runtime's; one per GPU otherwise).
     """
     if config.name and config.name != name:
         raise ConfigError(
@@ -182,6 +186,11 @@ def normalize(
     )
     if config.HasField("dynamic_batching"):
         _normalize_dynamic_batching(config)
+    # Triton pins host buffers unless told not to, and says so in the config it prints.
+    optimization = config.optimization
+    for field in ("input_pinned_memory", "output_pinned_memory"):
+        if not optimization.HasField(field):
+            getattr(optimization, field).enable = True
     _check_tensors(config)
 
 
@@ -190,34 +199,57 @@ def _normalize_instance_groups(
 ) -> None:
     if not config.instance_group:
         config.instance_group.add()
-    if len(config.instance_group) > 1:
-        # One executor per model version: several groups would need per-group devices.
-        raise ConfigError(f"model '{config.name}': only one instance_group is supported")
-    group = config.instance_group[0]
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        _normalize_instance_group(
+            config.name, group, gpu_count=gpu_count, default_cpu_instances=default_cpu_instances
+        )
+
+
+def _normalize_instance_group(
+    model: str, group: ModelInstanceGroup, *, gpu_count: int, default_cpu_instances: int
+) -> None:
     if group.kind in (ModelInstanceGroup.KIND_AUTO, ModelInstanceGroup.KIND_MODEL):
-        group.kind = ModelInstanceGroup.KIND_GPU if gpu_count else ModelInstanceGroup.KIND_CPU
+        has_gpus = bool(group.gpus) or gpu_count > 0
+        group.kind = ModelInstanceGroup.KIND_GPU if has_gpus else ModelInstanceGroup.KIND_CPU
+    if group.kind == ModelInstanceGroup.KIND_CPU and group.gpus:
+        raise ConfigError(
+            f"instance group {group.name} of model {model} has kind KIND_CPU but specifies one "
+            "or more GPUs"
+        )
     if group.kind == ModelInstanceGroup.KIND_GPU:
         if gpu_count == 0:
             raise ConfigError(
-                f"instance group {group.name or config.name + '_0'} of model {config.name} "
-                "has kind KIND_GPU but no GPUs are available"
+                f"instance group {group.name} of model {model} has kind KIND_GPU but no GPUs "
+                "are available"
             )
         if not group.gpus:
-            group.gpus.append(0)
+            group.gpus.extend(range(gpu_count))
         for gpu in group.gpus:
             if gpu < 0 or gpu >= gpu_count:
+                available = " ".join(str(g) for g in range(gpu_count))
                 raise ConfigError(
-                    f"instance group of model {config.name} specifies invalid or unsupported "
-                    f"gpu id {gpu}. GPUs with at least the minimum required CUDA compute "
-                    f"compatibility are: 0..{gpu_count - 1}"
+                    f"instance group {group.name} of model {model} specifies invalid or "
+                    f"unsupported gpu id {gpu}. GPUs with at least the minimum required CUDA "
+                    f"compute compatibility of 6.000000 are: {available}"
                 )
     if group.count < 0:
-        raise ConfigError(f"instance group count must be positive for {config.name}")
+        raise ConfigError(f"instance group count must be positive for {model}")
     if group.count == 0:
         is_cpu = group.kind == ModelInstanceGroup.KIND_CPU
         group.count = default_cpu_instances if is_cpu else 1
-    if not group.name:
-        group.name = f"{config.name}_0"
+
+
+def instance_total(config: ModelConfig) -> int:
+    """How many instances a normalized config asks for, as Triton counts them: each group's
+    count, once per GPU of a KIND_GPU group."""
+    total = 0
+    for group in config.instance_group:
+        per_device = max(group.count, 1)
+        is_gpu = group.kind == ModelInstanceGroup.KIND_GPU
+        total += per_device * max(len(group.gpus), 1) if is_gpu else per_device
+    return max(total, 1)
 
 
 def _normalize_dynamic_batching(config: ModelConfig) -> None:
@@ -274,6 +306,52 @@ def _check_tensors(config: ModelConfig) -> None:
                         f"model {kind} '{tensor.name}' dimension must be integer >= 1, or -1 "
                         f"to indicate a variable-size dimension for {config.name}"
                     )
+            if tensor.HasField("reshape"):
+                _check_reshape(kind, tensor.name, tensor.dims, tensor.reshape.shape, config.name)
+
+
+def _check_reshape(
+    kind: str, name: str, dims: Sequence[int], shape: Sequence[int], model: str
+) -> None:
+    """Triton's rules: the reshape holds as many elements as the dims, and its variable-size
+    dimensions split it into runs of the same sizes as the dims' do, so that each -1 of one
+    takes the size of the same -1 of the other."""
+    if any(dim == 0 or dim < -1 for dim in shape):
+        raise ConfigError(
+            f"model {kind} '{name}' reshape dimensions must be integer >= 1, or -1 to indicate "
+            f"a variable-size dimension for {model}"
+        )
+    different_size = ConfigError(
+        f"model {kind} '{name}' has different size for dims and reshape for {model}"
+    )
+    if _element_count(dims) != _element_count(shape):
+        raise different_size
+    dim_runs, shape_runs = _fixed_runs(dims), _fixed_runs(shape)
+    if len(dim_runs) != len(shape_runs):
+        raise ConfigError(
+            f"model {kind} '{name}' has different number of variable-size dimensions for dims "
+            f"and reshape for {model}"
+        )
+    if dim_runs != shape_runs:
+        raise different_size
+
+
+def _element_count(dims: Sequence[int]) -> int:
+    """Elements in ``dims``; -1 when one of them is variable."""
+    return -1 if -1 in dims else math.prod(dims)
+
+
+def _fixed_runs(dims: Sequence[int]) -> list[int]:
+    """The element counts of the runs of fixed dimensions around each -1."""
+    runs, count = [], 1
+    for dim in dims:
+        if dim == -1:
+            runs.append(count)
+            count = 1
+        else:
+            count *= dim
+    runs.append(count)
+    return runs
 
 
 def to_json(config: ModelConfig) -> dict[str, Any]:

@@ -7,11 +7,11 @@ branch for the data plane and for model code (``model.py`` raises them from ther
     ZeroserveError                    foundation.errors: the one root
     └── DataPlaneError
         ├── InvalidArgumentError      the request is wrong (Triton INVALID_ARG)
-        │   ├── UnknownModelError     a name the repository has never heard of (data_plane)
         │   └── InvalidParameterError one named parameter is wrong (LLM sampling, prompt)
         │       └── ContextLengthError prompt plus completion exceed the model's context
         ├── NotFoundError             what was asked for is not there: a model version, or
-        │                             a Python model's NOT_FOUND response
+        │   │                         a Python model's NOT_FOUND response
+        │   └── UnknownModelError     a name the server has never heard of (data_plane)
         ├── UnavailableError          try again later (Triton UNAVAILABLE)
         │   ├── ModelNotReadyError    loading, unloading or failed
         │   ├── QueueFullError        a queue for the request is full
@@ -20,6 +20,7 @@ branch for the data plane and for model code (``model.py`` raises them from ther
         ├── UnsupportedError          a feature we do not offer (Triton UNSUPPORTED)
         │   └── UnsupportedCompressionError  a Content-Encoding we do not decode (data_plane)
         ├── ModelLoadError            a load failed; the model stays unloaded
+        │   └── ModelPollError        its folder or config could not be read (data_plane)
         ├── InternalError             an engine failed while running a batch
         │   └── EngineDeadError       the engine cannot recover; the worker must be replaced
         └── StorageError              a model could not be fetched (data_plane.storage.errors)

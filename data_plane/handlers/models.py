@@ -78,11 +78,11 @@ class ModelHandlers:
         )
 
     def ready(self, name: str, version: int | None = None) -> bool:
-        """Whether the version serves; False while it exists but is not ready (loading,
-        unloading, asleep). Unknown models and versions raise."""
+        """Whether the version serves: False while it is not ready (loading, unloading,
+        asleep) and for a model or version the server does not have, as Triton answers."""
         try:
             self._repository.get(name, version)
-        except ModelNotReadyError:
+        except (ModelNotReadyError, NotFoundError):
             return False
         return True
 

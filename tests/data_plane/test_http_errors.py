@@ -12,7 +12,7 @@ from data_plane.http_errors import from_error, status_for
     ("error", "status", "retry_after"),
     [
         pytest.param(errors.InvalidArgumentError("bad"), 400, False, id="invalid-argument"),
-        pytest.param(errors.UnknownModelError(model="m"), 400, False, id="unknown-model"),
+        pytest.param(errors.UnknownModelError(model="m"), 404, False, id="unknown-model"),
         pytest.param(errors.NotFoundError("gone"), 404, False, id="not-found"),
         pytest.param(errors.ModelNotReadyError("wait"), 503, True, id="not-ready"),
         pytest.param(errors.QueueFullError(request_id="7"), 503, True, id="queue-full"),
@@ -20,6 +20,7 @@ from data_plane.http_errors import from_error, status_for
         pytest.param(errors.ServerStoppingError(), 503, True, id="stopping"),
         pytest.param(errors.UnsupportedError("no"), 501, False, id="unsupported"),
         pytest.param(errors.ModelLoadError(model="m", reason="r"), 400, False, id="load-failed"),
+        pytest.param(errors.ModelPollError(model="m", reason="r"), 400, False, id="poll-failed"),
         pytest.param(errors.InternalError("boom"), 500, False, id="internal"),
         pytest.param(errors.ZeroserveError("other"), 500, False, id="base"),
     ],
@@ -45,6 +46,9 @@ def test_triton_texts():
         "Request for unknown model: 'm' is not found"
     )
     assert errors.ModelLoadError(model="m", reason="r").message == "load failed for model 'm': r"
+    assert errors.ModelPollError(model="m", reason="r").message == (
+        "failed to load 'm', failed to poll from model repository: r"
+    )
 
 
 def test_unsupported_compression_advertises_what_is_accepted():

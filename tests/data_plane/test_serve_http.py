@@ -338,7 +338,7 @@ async def test_metrics_use_tritons_names(client: httpx.AsyncClient):
         pytest.param(
             "nope",
             {"inputs": []},
-            400,
+            404,
             "Request for unknown model: 'nope' is not found",
             id="unknown-model",
         ),

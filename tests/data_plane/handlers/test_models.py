@@ -86,10 +86,12 @@ async def test_lookups_of_what_is_not_there_raise(
     core: Core, name: str, version: int | None, error: type[Exception], message: str
 ):
     models = core.handlers.models
-    for lookup in (models.metadata, models.ready, models.config):
+    for lookup in (models.metadata, models.config):
         with pytest.raises(error) as raised:
             lookup(name, version)
         assert str(raised.value) == message
+    # Readiness answers instead of raising: "not ready", as Triton does.
+    assert not models.ready(name, version)
 
 
 async def test_ready_is_false_for_a_version_that_is_not_serving(core: Core):
@@ -99,8 +101,9 @@ async def test_ready_is_false_for_a_version_that_is_not_serving(core: Core):
     assert not models.ready("mlp", 1)
     with pytest.raises(ModelNotReadyError):
         models.metadata("mlp", 1)
+    assert not models.ready("mlp")
     with pytest.raises(NotFoundError, match="has no available versions"):
-        models.ready("mlp")
+        models.metadata("mlp")
 
 
 async def test_config_is_complete(core: Core):

@@ -1,0 +1,101 @@
+"""The records of the model repository: a serving version, its tensors, the index's rows and
+its states, and what a load reports. ``data_plane.repository`` re-exports them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from data_plane.batcher import Batcher
+from data_plane.instances import Instances
+from data_plane.reshape import TensorReshape
+from data_plane.stats import ModelStats
+from foundation.proto.model_config_pb2 import ModelConfig
+from runtimes.base import ModelRuntime
+from runtimes.capabilities import Capabilities
+
+
+class VersionState(enum.StrEnum):
+    """Triton's model version states, as the repository index reports them."""
+
+    UNKNOWN = "UNKNOWN"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+    SLEEPING = "SLEEPING"
+    """Not a Triton state: loaded, asleep, out of service until woken (LLM engines)."""
+
+
+UNLOADED = "unloaded"
+"""The reason an UNAVAILABLE version gives when it was unloaded on purpose (Triton's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """One configured input or output, in protocol terms (its ``dims``, as clients see it)."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    optional: bool = False
+    labels: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """One row of the repository index: a model version the server knows, or (``version``
+    None) a model it has only seen in the repository."""
+
+    name: str
+    version: int | None = None
+    state: VersionState | None = None
+    reason: str = ""
+    """Why the version is in its state (a failed load's error, ``unloaded``), or empty."""
+
+
+@dataclass(frozen=True, slots=True)
+class FetchReport:
+    """Where a load found the model's files: the node cache's answer for this load alone."""
+
+    cache: str
+    """``hit`` (the node cache held them), ``miss`` (they were downloaded) or ``local`` (a
+    local folder, read in place: no cache involved)."""
+    bytes_fetched: int
+    """Bytes downloaded for this load (0 unless a miss)."""
+    fetch_s: float
+    """Seconds spent getting the files (listing and checking them, downloading on a miss)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cache": self.cache, "bytes_fetched": self.bytes_fetched, "fetch_s": self.fetch_s}
+
+
+@dataclass
+class LoadedVersion:
+    """One model version that is serving (or draining): engines, batcher and counters."""
+
+    name: str
+    version: int
+    config: ModelConfig
+    instances: Instances
+    """Its runtimes (one per device its instance groups name) and their instances."""
+    capabilities: Capabilities
+    """What the runtime offers beyond infer (text generation, sleep, ...), asked once at load."""
+    batcher: Batcher
+    stats: ModelStats
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    load_duration_s: float
+    reshape: TensorReshape | None = None
+    """The config's ``reshape``s, applied between clients' shapes and the engine's."""
+
+    @property
+    def runtime(self) -> ModelRuntime:
+        """The runtime of the first device (the only one, unless the instance groups name
+        several): the one that answers for the engine."""
+        return self.instances.primary
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.config.max_batch_size
