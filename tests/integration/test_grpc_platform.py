@@ -1,10 +1,12 @@
 """``zeroserve up --grpc-port`` end to end with Triton's own gRPC client: the activator's gRPC
-endpoint in front of real local workers serving real models, from zero.
+endpoint in front of real local workers serving real models, from zero; and the standalone
+``zeroserve activator --grpc-port`` of cluster mode, beside a control plane on Redis.
 
 The platform is a ``python -m zeroserve.cli up`` subprocess on free ports (started and
-stopped as in ``test_platform_e2e``); models are registered through the admin API scaled
-to zero, so every test's first request finds its model at zero replicas. Nothing here
-asserts a duration; every wait has a deadline.
+stopped as in ``test_platform_e2e``; the cluster's processes as in
+``test_cluster_mode_e2e``); models are registered through the admin API scaled to zero, so
+every test's first request finds its model at zero replicas. Nothing here asserts a
+duration; every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -26,8 +28,17 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from foundation.proto import grpc_service_pb2 as pb
+from tests.control_plane.store.conftest import start_redis_server
 from tests.integration.conftest import free_port
+from tests.integration.test_cluster_mode_e2e import (
+    Cluster,
+    eventually,
+    is_acting,
+    register as register_in_cluster,
+    wait_started,
+)
 from tests.integration.test_platform_e2e import (
+    AUTH,
     SIZES,
     SLOW_MODEL,
     Platform,
@@ -278,3 +289,38 @@ async def test_a_killed_worker_gives_clear_errors_and_nothing_hangs(
         after = await client.infer("g_victim", _inputs(x, aioclient))
         _expect(model_dir, x, after.as_numpy("OUTPUT0"))
     assert await worker_pid_of(admin, up, "g_victim") != pid
+
+
+async def test_a_standalone_activator_serves_grpc_from_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, admin: httpx.AsyncClient
+) -> None:
+    grpc_port = free_port()
+    redis = start_redis_server(tmp_path, persistent=False)
+    cluster = Cluster(tmp_path, redis)
+    try:
+        control_plane = cluster.start_control_plane("control-plane")
+        # The cluster helper starts activators with this process's environment (and its own).
+        monkeypatch.setenv("ZEROSERVE_ACTIVATOR_GRPC_PORT", str(grpc_port))
+        activator = cluster.start_activator("activator")
+        await wait_started(admin, cluster, control_plane, activator)
+        await eventually(lambda: is_acting(admin, control_plane), "the lease", cluster)
+        model_dir = await register_in_cluster(admin, control_plane, cluster, "c_grpc", seed=21)
+        inputs = [mlp_input(2100 + i) for i in range(20)]
+        async with aioclient.InferenceServerClient(f"127.0.0.1:{grpc_port}") as client:
+            assert await client.is_server_ready()
+            results = await asyncio.gather(
+                *(
+                    client.infer("c_grpc", _inputs(x, aioclient), client_timeout=REQUEST_TIMEOUT_S)
+                    for x in inputs
+                )
+            )
+        for x, result in zip(inputs, results, strict=True):
+            _expect(model_dir, x, result.as_numpy("OUTPUT0"))
+        activations = await admin.get(
+            f"{control_plane.url}/admin/v1/models/c_grpc/activations", headers=AUTH
+        )
+        assert len(activations.json()["activations"]) == 1
+    finally:
+        orphans = cluster.close()
+        redis.stop()
+    assert not orphans, f"workers outlived their control plane: {orphans}"
