@@ -143,8 +143,12 @@ def _file_data(
     filename = setting.input_data_file
     try:
         model_config.check_file_name(filename, field="input_data_file")
-    except model_config.ConfigError as exc:
-        raise _invalid(model, str(exc)) from exc
+    except model_config.ConfigError:
+        raise _invalid(
+            model,
+            f"'input_data_file' must be the name of a file in the model's {WARMUP_FOLDER} "
+            f"folder, not a path: {filename!r}",
+        ) from None
     path = model_dir / WARMUP_FOLDER / filename
     try:
         content = path.read_bytes()
@@ -209,9 +213,11 @@ async def run_warmup(
     one row each, as Triton's Python backend does. Raises ModelLoadError naming the sample
     when an execution fails, or when the whole warmup takes longer than ``timeout_s``."""
     separate = instances.capabilities.requests is not None
+    running = ""
     try:
         async with asyncio.timeout(timeout_s):
             for sample in samples:
+                running = sample.name
                 batch = reshape.to_model(sample.inputs) if reshape is not None else sample.inputs
                 for _ in range(sample.count):
                     await asyncio.gather(
@@ -226,9 +232,8 @@ async def run_warmup(
         ) from None
     except ZeroserveError as exc:
         kind = "Invalid argument" if isinstance(exc, InvalidArgumentError) else "Internal"
-        name = sample.name  # the sample that was running
         raise ModelLoadError(
-            model=model, reason=f"{kind}: failed to run warmup sample '{name}': {exc.message}"
+            model=model, reason=f"{kind}: failed to run warmup sample '{running}': {exc.message}"
         ) from exc
 
 
