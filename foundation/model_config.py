@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from google.protobuf import json_format, text_format
 
+from foundation import ensemble_config
 from foundation.proto.model_config_pb2 import (
     ModelConfig,
     ModelInstanceGroup,
@@ -173,25 +174,32 @@ def normalize(
     config.name = name
     if config.max_batch_size < 0:
         raise ConfigError(f"'max_batch_size' must be non-negative value for {name}")
-    if config.HasField("sequence_batching") or config.HasField("ensemble_scheduling"):
-        raise ConfigError(
-            f"model '{name}': sequence batching and ensembles are not supported by zeroserve"
-        )
+    if config.HasField("sequence_batching"):
+        raise ConfigError(f"model '{name}': sequence batching is not supported by zeroserve")
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     elif config.version_policy.HasField("latest") and config.version_policy.latest.num_versions < 1:
         config.version_policy.latest.num_versions = 1
-    _normalize_instance_groups(
-        config, gpu_count=gpu_count, default_cpu_instances=default_cpu_instances
-    )
+    # An ensemble runs no instances and holds no buffers of its own: Triton adds neither
+    # instance groups nor pinned-memory settings to its config, and refuses them.
+    is_ensemble = config.HasField("ensemble_scheduling")
+    if not is_ensemble:
+        _normalize_instance_groups(
+            config, gpu_count=gpu_count, default_cpu_instances=default_cpu_instances
+        )
     if config.HasField("dynamic_batching"):
         _normalize_dynamic_batching(config)
-    # Triton pins host buffers unless told not to, and says so in the config it prints.
-    optimization = config.optimization
-    for field in ("input_pinned_memory", "output_pinned_memory"):
-        if not optimization.HasField(field):
-            getattr(optimization, field).enable = True
+    if not is_ensemble:
+        # Triton pins host buffers unless told not to, and says so in the config it prints.
+        optimization = config.optimization
+        for field in ("input_pinned_memory", "output_pinned_memory"):
+            if not optimization.HasField(field):
+                getattr(optimization, field).enable = True
     _check_tensors(config)
+    try:
+        ensemble_config.check_scheduling(config)
+    except ensemble_config.EnsembleConfigError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _normalize_instance_groups(
