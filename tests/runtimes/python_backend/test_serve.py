@@ -9,6 +9,7 @@ in its stub takes that memory with it when unloaded (the process ends).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,3 +146,30 @@ def test_a_leaking_models_memory_is_returned_at_unload(server: ServerProcess, cl
     assert stub not in _children(pid)
     assert not Path(f"/proc/{stub}").exists()
     assert _rss_bytes(pid) < server_rss + GROWTH_BOUND_BYTES
+
+
+def test_stubs_end_when_the_server_is_killed(tmp_path: Path):
+    repo = write_repository(tmp_path / "repo", ["add_sub"])
+    process = start_server(
+        repo, tmp_path, "--grpc-port", "0", "--model-control-mode", "explicit",
+        "--load-model", "add_sub",
+    )  # fmt: skip
+    try:
+        stubs = _children(process.process.pid)
+        assert len(stubs) == 1
+        process.process.kill()
+        process.process.wait(timeout=30)
+        # The stub notices its parent is gone (it is reparented) and exits; bounded wait.
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{stubs[0]}").exists() and _state(stubs[0]) != "Z":
+            assert time.monotonic() < deadline, "the stub outlived its server"
+            time.sleep(0.1)
+    finally:
+        process.stop()
+
+
+def _state(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split() or ["?"])[0]
+    except OSError:
+        return "gone"
