@@ -45,6 +45,8 @@ class ModelStats:
     compute_input: Duration = field(default_factory=Duration)
     compute_infer: Duration = field(default_factory=Duration)
     compute_output: Duration = field(default_factory=Duration)
+    cache_hit: Duration = field(default_factory=Duration)
+    cache_miss: Duration = field(default_factory=Duration)
     failures: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FAILURE_REASONS, 0))
     inference_count: int = 0
     execution_count: int = 0
@@ -86,9 +88,24 @@ class ModelStats:
         self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
 
+    def record_cache_hit(self, *, request_ns: int, queue_ns: int, lookup_ns: int) -> None:
+        """A request was answered from the response cache: a success with no execution, so
+        without rows counted or compute times (and, as in Triton, no new last inference)."""
+        self.success.add(request_ns)
+        self.queue.add(queue_ns)
+        self.cache_hit.add(lookup_ns)
+
+    def record_cache_miss(self, lookup_ns: int) -> None:
+        """A response cache lookup found nothing; the request goes on to the model."""
+        self.cache_miss.add(lookup_ns)
+
+    def record_cache_insertion(self, insertion_ns: int) -> None:
+        """The answer after a miss was stored (or found too large) in ``insertion_ns``,
+        which Triton adds to the miss's time."""
+        self.cache_miss.add(insertion_ns, count=0)
+
     def to_json(self, *, name: str, version: int) -> dict[str, Any]:
         """One entry of Triton's ``model_stats`` array."""
-        zero = Duration().to_json()
         return {
             "name": name,
             "version": str(version),
@@ -102,8 +119,8 @@ class ModelStats:
                 "compute_input": self.compute_input.to_json(),
                 "compute_infer": self.compute_infer.to_json(),
                 "compute_output": self.compute_output.to_json(),
-                "cache_hit": zero,
-                "cache_miss": zero,
+                "cache_hit": self.cache_hit.to_json(),
+                "cache_miss": self.cache_miss.to_json(),
             },
             "response_stats": {},
             "batch_stats": [
