@@ -149,7 +149,11 @@ def test_normalize_picks_gpu_for_auto_kind_when_there_is_one():
             "duplicate input 'a'",
             id="duplicate-input",
         ),
-        pytest.param("sequence_batching {}", "not supported", id="sequence-batching"),
+        pytest.param(
+            "sequence_batching { iterative_sequence: true }",
+            "iterative sequences",
+            id="iterative-sequence-batching",
+        ),
     ],
 )
 def test_normalize_rejects_what_triton_rejects(text: str, message: str):
