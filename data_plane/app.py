@@ -20,6 +20,7 @@ from data_plane.log_settings import LogControl
 from data_plane.metrics import Metrics
 from data_plane.openai import routes as openai_routes
 from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
+from data_plane.response_cache import ResponseCache
 from data_plane.routes import (
     generate,
     infer,
@@ -59,10 +60,23 @@ def build_node_cache(settings: DataPlaneSettings, metrics_: Metrics) -> NodeCach
     )
 
 
+def build_response_cache(settings: DataPlaneSettings) -> ResponseCache | None:
+    """The server's response cache, or None when ``settings`` give it no size."""
+    if not settings.response_cache_bytes:
+        return None
+    return ResponseCache(settings.response_cache_bytes)
+
+
 def build_repository(
-    settings: DataPlaneSettings, metrics_: Metrics, cache: NodeCache, *, gpu_count: int
+    settings: DataPlaneSettings,
+    metrics_: Metrics,
+    cache: NodeCache,
+    *,
+    gpu_count: int,
+    response_cache: ResponseCache | None = None,
 ) -> ModelRepository:
-    """The repository for ``settings``, reporting loads and unloads to ``metrics_``.
+    """The repository for ``settings``, reporting loads and unloads to ``metrics_``, its
+    models answering from ``response_cache`` where their config asks for it.
 
     Raises StorageError when the model repository URI is malformed.
     """
@@ -101,6 +115,7 @@ def build_repository(
         on_load=on_load,
         on_unload=on_unload,
         on_sleep=metrics_.llm.transition,
+        response_cache=response_cache,
     )
 
 

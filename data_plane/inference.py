@@ -29,7 +29,8 @@ from data_plane.protocol import (
     classify,
 )
 from data_plane.repository import LoadedVersion, TensorSpec
-from data_plane.trace import TraceManager
+from data_plane.response_cache import CacheLookup
+from data_plane.trace import RequestTrace, TraceManager
 from foundation.datatypes import NUMPY_DTYPES, protocol_from_numpy
 from runtimes.model_request import RequestContext
 
@@ -52,6 +53,17 @@ async def infer(
         if model.capabilities.requests is not None:
             context = _request_context(model, request)
         prepared = time.monotonic_ns()
+        cache = model.response_cache
+        lookup = None
+        if cache is not None:
+            lookup = cache.lookup(batch, context)
+            if lookup.outputs is not None:
+                # A hit never reaches the batcher: the answer is the one cached.
+                outputs = _select_outputs(
+                    model, request, lookup.outputs, as_produced=context is not None
+                )
+                _record_hit(model, request, lookup, trace, started=started, prepared=prepared)
+                return outputs
         result = await model.batcher.submit(
             batch,
             priority=request.priority,
@@ -61,6 +73,8 @@ async def infer(
         )
         executed = time.monotonic_ns()
         produced = result.outputs if reshape is None else reshape.from_model(result.outputs)
+        if cache is not None and lookup is not None:
+            cache.store(lookup, produced)
         outputs = _select_outputs(model, request, produced, as_produced=context is not None)
     except BaseException as exc:
         ended = time.monotonic_ns()
@@ -87,6 +101,33 @@ async def infer(
             inputs=batch,
         )
     return outputs
+
+
+def _record_hit(
+    model: LoadedVersion,
+    request: InferRequest,
+    lookup: CacheLookup,
+    trace: RequestTrace | None,
+    *,
+    started: int,
+    prepared: int,
+) -> None:
+    """Statistics and trace of a request answered from the response cache: Triton counts
+    the time to the lookup (the key's hashing) as queueing, and traces no execution."""
+    finished = time.monotonic_ns()
+    model.stats.record_cache_hit(
+        request_ns=finished - started,
+        queue_ns=lookup.start_ns - prepared,
+        lookup_ns=lookup.lookup_ns,
+    )
+    if trace is not None:
+        trace.cached(
+            model,
+            request.id,
+            request_start_ns=started,
+            queue_start_ns=prepared,
+            request_end_ns=finished,
+        )
 
 
 def _failure_reason(error: BaseException) -> str:

@@ -8,14 +8,15 @@ source of truth with ``/stats``). Our own metrics live on an injected registry, 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from data_plane.gpu_metrics import GpuMetrics
 from data_plane.llm_metrics import LLMMetrics
 from data_plane.repository import LoadedVersion
-from data_plane.stats import FAILURE_REASONS
+from data_plane.response_cache import CacheSnapshot, ResponseCache
+from data_plane.stats import FAILURE_REASONS, ModelStats
 
 _COUNTERS: tuple[tuple[str, str], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
@@ -52,14 +53,64 @@ _COUNTERS: tuple[tuple[str, str], ...] = (
 )
 
 
+_MODEL_CACHE_COUNTERS: tuple[tuple[str, str, Callable[[ModelStats], int]], ...] = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.cache_hit.count),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda s: s.cache_hit.ns // 1000,
+    ),
+    (
+        "nv_cache_num_misses_per_model",
+        "Number of cache misses per model",
+        lambda s: s.cache_miss.count,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        lambda s: s.cache_miss.ns // 1000,
+    ),
+)
+"""Triton's per-model cache counters, shown for the versions that use the cache."""
+
+_CACHE_GAUGES: tuple[tuple[str, str, Callable[[CacheSnapshot], float | int]], ...] = (
+    ("nv_cache_util", "Cache utilization [0.0 - 1.0]", lambda c: c.utilization),
+    ("nv_cache_num_entries", "Number of responses stored in response cache", lambda c: c.entries),
+    ("nv_cache_num_hits", "Number of cache hits in response cache", lambda c: c.hits),
+    ("nv_cache_num_misses", "Number of cache misses in response cache", lambda c: c.misses),
+    ("nv_cache_num_lookups", "Number of cache lookups in response cache", lambda c: c.lookups),
+    (
+        "nv_cache_num_evictions",
+        "Number of cache evictions in response cache",
+        lambda c: c.evictions,
+    ),
+    (
+        "nv_cache_lookup_duration",
+        "Total cache lookup duration (hit and miss), in microseconds",
+        lambda c: c.lookup_ns // 1000,
+    ),
+    (
+        "nv_cache_insertion_duration",
+        "Total cache insertion duration, in microseconds",
+        lambda c: c.insertion_ns // 1000,
+    ),
+)
+"""Triton's server-wide cache gauges, shown when the server has a response cache."""
+
+
 class Metrics:
-    """The server's metrics; ``render`` produces the ``/metrics`` body."""
+    """The server's metrics; ``render`` produces the ``/metrics`` body, with the
+    ``response_cache``'s gauges when the server has one."""
 
     def __init__(
-        self, registry: CollectorRegistry | None = None, gpus: GpuMetrics | None = None
+        self,
+        registry: CollectorRegistry | None = None,
+        gpus: GpuMetrics | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.gpus = gpus or GpuMetrics()
+        self.response_cache = response_cache
         self.model_loads = Counter(
             "zeroserve_model_loads",
             "Model version loads, by outcome",
@@ -89,7 +140,7 @@ class Metrics:
             for m in serving
             if m.capabilities.generation_metrics is not None
         )
-        lines = [*_triton_lines(serving), *self.gpus.lines()]
+        lines = [*_triton_lines(serving), *_cache_lines(self.response_cache), *self.gpus.lines()]
         return "\n".join(lines).encode() + b"\n" + generate_latest(self.registry)
 
 
@@ -131,6 +182,12 @@ def _triton_lines(models: list[LoadedVersion]) -> Iterator[str]:
         for model in models:
             for labels, value in values[name](model):
                 yield f"{name}{labels} {value}"
+    cached = [m for m in models if m.response_cache is not None]
+    for name, help_text, value_of in _MODEL_CACHE_COUNTERS if cached else ():
+        yield f"# HELP {name} {help_text}"
+        yield f"# TYPE {name} counter"
+        for model in cached:
+            yield f"{name}{_labels(model)} {value_of(model.stats)}"
     yield (
         "# HELP nv_inference_pending_request_count Instantaneous number of pending requests "
         "awaiting execution per-model."
@@ -154,3 +211,13 @@ def _triton_lines(models: list[LoadedVersion]) -> Iterator[str]:
     yield "# TYPE nv_model_load_duration_secs gauge"
     for model in models:
         yield f"nv_model_load_duration_secs{_labels(model)} {model.load_duration_s:.6f}"
+
+
+def _cache_lines(cache: ResponseCache | None) -> Iterator[str]:
+    if cache is None:
+        return
+    snapshot = cache.snapshot()
+    for name, help_text, value_of in _CACHE_GAUGES:
+        yield f"# HELP {name} {help_text}"
+        yield f"# TYPE {name} gauge"
+        yield f"{name} {value_of(snapshot)}"

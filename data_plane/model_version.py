@@ -10,6 +10,7 @@ from typing import Any
 from data_plane.batcher import Batcher
 from data_plane.instances import Instances
 from data_plane.reshape import TensorReshape
+from data_plane.response_cache import ModelResponseCache
 from data_plane.stats import ModelStats
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
@@ -89,6 +90,9 @@ class LoadedVersion:
     load_duration_s: float
     reshape: TensorReshape | None = None
     """The config's ``reshape``s, applied between clients' shapes and the engine's."""
+    response_cache: ModelResponseCache | None = None
+    """Its way into the server's response cache, when its config enables the cache and the
+    server has one."""
 
     @property
     def runtime(self) -> ModelRuntime:

@@ -39,6 +39,7 @@ from data_plane.model_version import (
     TensorSpec,
     VersionState,
 )
+from data_plane.response_cache import ResponseCache
 from data_plane.storage import (
     CachedModel,
     NodeCache,
@@ -103,7 +104,8 @@ class ModelRepository:
 
     ``runtimes`` builds each version's runtime (the repository closes it at :meth:`close`).
     ``on_load`` and ``on_unload`` let the metrics layer add and drop a version's series;
-    ``on_sleep(model, seconds, is_wake)`` reports each sleep and wake.
+    ``on_sleep(model, seconds, is_wake)`` reports each sleep and wake. ``response_cache``
+    is the server's, which versions whose config enables it use.
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class ModelRepository:
         on_load: Callable[[LoadedVersion], None] | None = None,
         on_unload: Callable[[LoadedVersion], None] | None = None,
         on_sleep: Callable[[str, float, bool], None] | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self._settings = settings
         self._cache = cache
@@ -123,6 +126,7 @@ class ModelRepository:
             runtimes,
             batcher_queue_bound=settings.batcher_queue_bound,
             warmup_timeout_s=settings.warmup_timeout_s,
+            response_cache=response_cache,
         )
         self._entries: dict[str, _Entry] = {}
         self._required: set[str] = set()
@@ -544,6 +548,8 @@ class ModelRepository:
         try:
             await loaded.batcher.close(timeout_s=self._settings.drain_timeout_s)
         finally:
+            if loaded.response_cache is not None:
+                loaded.response_cache.clear()
             await loaded.instances.unload()
 
 

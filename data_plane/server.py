@@ -8,7 +8,13 @@ import os
 import signal
 from contextlib import AbstractAsyncContextManager
 
-from data_plane.app import build_node_cache, build_repository, create_app, handlers_of
+from data_plane.app import (
+    build_node_cache,
+    build_repository,
+    build_response_cache,
+    create_app,
+    handlers_of,
+)
 from data_plane.devices import cuda_device_count
 from data_plane.grpc.server import check_port, grpc_listener
 from data_plane.metrics import Metrics
@@ -24,10 +30,13 @@ def run(settings: DataPlaneSettings) -> None:
     """Serve until a signal stops the server; a port in use raises OSError before the
     server starts, a failed start `ServerStartError`."""
     gpus = settings.gpu_count if settings.gpu_count is not None else cuda_device_count()
-    metrics = Metrics()
+    response_cache = build_response_cache(settings)
+    metrics = Metrics(response_cache=response_cache)
     lifecycle = Lifecycle()
     cache = build_node_cache(settings, metrics)
-    repository = build_repository(settings, metrics, cache, gpu_count=gpus)
+    repository = build_repository(
+        settings, metrics, cache, gpu_count=gpus, response_cache=response_cache
+    )
     app = create_app(
         settings,
         repository,

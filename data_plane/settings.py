@@ -82,6 +82,10 @@ class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig, GrpcLimits):
     """How long in-flight requests may take to finish on shutdown or unload."""
     readiness_propagation_s: float = Field(default=0.0, ge=0)
     """Pause between failing readiness and refusing requests on shutdown (load balancers)."""
+    response_cache_bytes: int = Field(default=0, ge=0)
+    """Size of the server-wide response cache, which models whose config sets
+    ``response_cache { enable: true }`` use (Triton's ``--cache-config local,size=N``);
+    0 runs none."""
     batcher_queue_bound: int = Field(default=4096, gt=0)
     """Hard bound on queued requests per model version, whatever its config says."""
     intra_op_threads: int = Field(default=0, ge=0)

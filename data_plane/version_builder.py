@@ -22,6 +22,7 @@ from data_plane.errors import ModelLoadError, ModelPollError
 from data_plane.instances import Instances, config_for, device_shares, has_engine_features
 from data_plane.model_version import LoadedVersion, TensorSpec
 from data_plane.reshape import TensorReshape
+from data_plane.response_cache import ModelResponseCache, ResponseCache
 from data_plane.stats import ModelStats
 from data_plane.storage import CachedModel
 from data_plane.warmup import read_samples, run_warmup
@@ -135,10 +136,12 @@ class VersionBuilder:
         *,
         batcher_queue_bound: int,
         warmup_timeout_s: float,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         self._runtimes = runtimes
         self._queue_bound = batcher_queue_bound
         self._warmup_timeout_s = warmup_timeout_s
+        self._response_cache = response_cache
 
     async def build(self, name: str, version: int, plan: LoadPlan) -> LoadedVersion:
         """Version ``version`` of ``plan``, ready to serve; on failure nothing is left
@@ -175,6 +178,11 @@ class VersionBuilder:
                     timeout_s=self._warmup_timeout_s,
                 )
             stats = ModelStats()
+            model_cache = None
+            if self._response_cache is not None and config.response_cache.enable:
+                model_cache = ModelResponseCache(
+                    self._response_cache, model=name, version=version, stats=stats
+                )
             capabilities = instances.capabilities
             policy = BatchPolicy.from_config(config, queue_bound=self._queue_bound)
             batcher = Batcher(
@@ -203,6 +211,7 @@ class VersionBuilder:
             outputs=outputs,
             load_duration_s=time.monotonic() - started,
             reshape=reshape,
+            response_cache=model_cache,
         )
 
     async def _load_instances(

@@ -175,6 +175,7 @@ def normalize(
     config.name = name
     if config.max_batch_size < 0:
         raise ConfigError(f"'max_batch_size' must be non-negative value for {name}")
+    _check_response_cache(config)
     if config.HasField("sequence_batching"):
         try:
             normalize_sequence_batching(config)
@@ -204,6 +205,23 @@ def normalize(
         ensemble_config.check_scheduling(config)
     except ensemble_config.EnsembleConfigError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def _check_response_cache(config: ModelConfig) -> None:
+    """Triton's refusals, in its words and order, of a response cache for models whose
+    answers do not follow from one request alone."""
+    if not config.response_cache.enable:
+        return
+    if config.HasField("sequence_batching"):
+        raise ConfigError(
+            f"Response Cache does not currently support model {config.name} with sequence "
+            "batching scheduler. Please disable the response cache."
+        )
+    if config.model_transaction_policy.decoupled:
+        raise ConfigError(
+            f"Response Cache does not currently support model {config.name} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
 
 
 def _normalize_instance_groups(

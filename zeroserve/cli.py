@@ -51,6 +51,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     serve.add_argument("--exit-timeout-secs", type=float, default=None)
     serve.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        metavar="local,size=BYTES",
+        help="the response cache, as Triton's flag: local,size=<bytes>",
+    )
+    serve.add_argument(
         "--demo",
         action="store_true",
         help="generate a demo ONNX model into the repository folder (./demo-models by default)",
@@ -60,6 +67,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from data_plane.response_cache import cache_config_overrides
     from data_plane.server import run
     from data_plane.settings import DataPlaneSettings, ModelControlMode
 
@@ -91,6 +99,11 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["grpc_port"] = args.grpc_port
     if args.cache_dir is not None:
         overrides["cache_dir"] = args.cache_dir
+    try:
+        overrides.update(cache_config_overrides(args.cache_config))
+    except ValueError as exc:
+        print(f"zeroserve serve: {exc}", file=sys.stderr)
+        return 2
     try:
         settings = DataPlaneSettings(
             model_repository=repository,

@@ -3,7 +3,8 @@
 The inference path calls :meth:`RequestTrace.finish` with the times it and the batcher read
 (``REQUEST_START`` when the decoded request reaches inference, ``QUEUE_START`` when the
 batcher queued it, the four compute times of the execution it joined, ``REQUEST_END`` when
-its outputs were picked), or :meth:`RequestTrace.fail` with only the first and the last.
+its outputs were picked), :meth:`RequestTrace.cached` without the compute times when the
+response cache answered it, or :meth:`RequestTrace.fail` with only the first and the last.
 """
 
 from __future__ import annotations
@@ -94,6 +95,25 @@ class RequestTrace:
                 *_tensors(TENSOR_BACKEND_OUTPUT, result.outputs, model.outputs),
             )
         self._collect(model, request_id, timestamps, tensors)
+
+    def cached(
+        self,
+        model: TracedModel,
+        request_id: str | None,
+        *,
+        request_start_ns: int,
+        queue_start_ns: int,
+        request_end_ns: int,
+    ) -> None:
+        """The request was answered from the response cache: queued, never executed."""
+        timestamps: tuple[tuple[str, int], ...] = ()
+        if self.setting.level & TraceLevel.TIMESTAMPS:
+            timestamps = (
+                (REQUEST_START, request_start_ns),
+                (QUEUE_START, queue_start_ns),
+                (REQUEST_END, request_end_ns),
+            )
+        self._collect(model, request_id, timestamps, ())
 
     def fail(
         self,
