@@ -119,6 +119,12 @@ class TritonInstall:
         return self.root / "pytriton" / "tritonserver" / "backends"
 
     @property
+    def caches(self) -> Path:
+        """Triton's cache implementations (``local``), for ``--cache-directory``: the
+        binary looks in /opt/tritonserver/caches unless told."""
+        return self.root / "pytriton" / "tritonserver" / "caches"
+
+    @property
     def stub(self) -> Path:
         return self.backends / "python" / "triton_python_backend_stub"
 
@@ -265,6 +271,7 @@ class TritonServer:
     http_port: int
     grpc_port: int
     log_path: Path
+    metrics_port: int
 
     @property
     def grpc_address(self) -> str:
@@ -274,6 +281,11 @@ class TritonServer:
     @property
     def http_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        """Where Triton serves ``/metrics`` (a port of its own)."""
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -321,7 +333,7 @@ def run_triton(
             env=_clean_env(),
             cwd=install.root,
         )
-    server = TritonServer(process, http_port, grpc_port, log_path)
+    server = TritonServer(process, http_port, grpc_port, log_path, metrics_port)
     try:
         _wait_ready(server)
         yield server
