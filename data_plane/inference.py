@@ -20,6 +20,7 @@ from data_plane.errors import (
     UnavailableError,
     request_prefix,
 )
+from data_plane.model_version import Pipeline
 from data_plane.protocol import (
     InferInput,
     InferRequest,
@@ -30,16 +31,24 @@ from data_plane.protocol import (
 )
 from data_plane.repository import LoadedVersion, TensorSpec
 from data_plane.response_cache import CacheLookup
+from data_plane.stats import ComputeTimes
 from data_plane.trace import RequestTrace, TraceManager
 from foundation.datatypes import NUMPY_DTYPES, protocol_from_numpy
 from runtimes.model_request import RequestContext
 
 
 async def infer(
-    model: LoadedVersion, request: InferRequest, tracer: TraceManager | None = None
+    model: LoadedVersion,
+    request: InferRequest,
+    tracer: TraceManager | None = None,
+    times: ComputeTimes | None = None,
 ) -> list[OutputTensor]:
     """Run ``request`` on ``model`` and return the outputs it asked for, in order; traced
-    when ``tracer`` samples it."""
+    when ``tracer`` samples it. ``times``, given, gains the request's compute times (the
+    request is an ensemble's step)."""
+    ensemble = model.ensemble
+    if ensemble is not None:
+        return await _infer_ensemble(model, ensemble, request, tracer, times)
     # Triton's clock for statistics and traces (steady_clock is CLOCK_MONOTONIC on Linux).
     started = time.monotonic_ns()
     trace = tracer.sample(model.name) if tracer is not None and tracer.is_active else None
@@ -91,6 +100,10 @@ async def infer(
         infer_ns=result.compute_ns,
         output_ns=finished - executed,
     )
+    if times is not None:
+        times.add(
+            input_ns=prepared - started, infer_ns=result.compute_ns, output_ns=finished - executed
+        )
     if trace is not None:
         trace.finish(
             model,
@@ -128,6 +141,45 @@ def _record_hit(
             queue_start_ns=prepared,
             request_end_ns=finished,
         )
+
+
+async def _infer_ensemble(
+    model: LoadedVersion,
+    ensemble: Pipeline,
+    request: InferRequest,
+    tracer: TraceManager | None,
+    times: ComputeTimes | None,
+) -> list[OutputTensor]:
+    """An ensemble's request: checked as any request, run through the steps (each an
+    :func:`infer` of its own), its outputs picked. As in Triton, the ensemble's compute
+    times are the sums of its steps'."""
+    started = time.monotonic_ns()
+    steps = ComputeTimes()
+    try:
+        batch, rows = _prepare_inputs(model, request)
+        reshape = model.reshape
+        if reshape is not None:
+            batch = reshape.to_model(batch)
+        prepared = time.monotonic_ns()
+        produced = await ensemble.run(
+            batch, request, lambda step, sent, into: infer(step, sent, tracer, into), steps
+        )
+        if reshape is not None:
+            produced = reshape.from_model(produced)
+        outputs = _select_outputs(model, request, produced)
+    except BaseException as exc:
+        reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "OTHER"
+        model.stats.record_failure(reason=reason, request_ns=time.monotonic_ns() - started)
+        raise
+    model.stats.record_composed(
+        rows=rows,
+        request_ns=time.monotonic_ns() - started,
+        queue_ns=prepared - started,
+        times=steps,
+    )
+    if times is not None:
+        times.add(input_ns=steps.input_ns, infer_ns=steps.infer_ns, output_ns=steps.output_ns)
+    return outputs
 
 
 def _failure_reason(error: BaseException) -> str:

@@ -4,14 +4,18 @@ its states, and what a load reports. ``data_plane.repository`` re-exports them."
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from data_plane.batcher import Batcher
 from data_plane.instances import Instances
+from data_plane.protocol import InferRequest, OutputTensor
 from data_plane.reshape import TensorReshape
 from data_plane.response_cache import ModelResponseCache
-from data_plane.stats import ModelStats
+from data_plane.stats import ComputeTimes, ModelStats
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
 from runtimes.capabilities import Capabilities
@@ -72,6 +76,27 @@ class FetchReport:
         return {"cache": self.cache, "bytes_fetched": self.bytes_fetched, "fetch_s": self.fetch_s}
 
 
+RunStep = Callable[["LoadedVersion", InferRequest, ComputeTimes], Awaitable[list[OutputTensor]]]
+"""Runs one request on a model version as any infer request runs, adding its compute
+times to the :class:`ComputeTimes` given (an ensemble's step)."""
+
+
+class Pipeline(Protocol):
+    """What runs an ensemble version's requests, in place of a batcher and an engine
+    (:class:`data_plane.ensemble.Ensemble`)."""
+
+    async def run(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        request: InferRequest,
+        run_step: RunStep,
+        times: ComputeTimes,
+    ) -> dict[str, np.ndarray]:
+        """Run ``request`` (its ``inputs`` checked against the config) through the
+        steps, each through ``run_step``; the outputs by name."""
+        ...
+
+
 @dataclass
 class LoadedVersion:
     """One model version that is serving (or draining): engines, batcher and counters."""
@@ -90,6 +115,8 @@ class LoadedVersion:
     load_duration_s: float
     reshape: TensorReshape | None = None
     """The config's ``reshape``s, applied between clients' shapes and the engine's."""
+    ensemble: Pipeline | None = None
+    """An ensemble's steps: its requests run through them, not through the batcher."""
     response_cache: ModelResponseCache | None = None
     """Its way into the server's response cache, when its config enables the cache and the
     server has one."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from data_plane.ensemble import EnsembleLoader, EnsemblePlan, plan_ensemble
 from data_plane.errors import (
     ModelLoadError,
     ModelNotReadyError,
@@ -136,6 +137,9 @@ class ModelRepository:
         self._on_sleep = on_sleep
         self._dropping: set[asyncio.Task[None]] = set()
         """Versions whose engine failed, being taken out of service."""
+        self._ensembles = EnsembleLoader(
+            self.get, self.load, drain_timeout_s=settings.drain_timeout_s
+        )
 
     @property
     def root(self) -> StorageUri:
@@ -274,7 +278,10 @@ class ModelRepository:
             self._load(entry, config_override, storage_uri, allow_model_code), name=f"load-{name}"
         )
         entry.task, entry.task_is_load = task, True
-        return await asyncio.shield(task)
+        report = await asyncio.shield(task)
+        # Ensembles that went out of service with this model come back with it.
+        await self._ensembles.after_load(name)
+        return report
 
     async def unload(self, name: str) -> None:
         """Take every version of ``name`` out of service, drain it, and free its engine.
@@ -283,6 +290,8 @@ class ModelRepository:
         """
         # Asked for, so readiness no longer waits on it (even when nothing of it is known).
         self._required.discard(name)
+        # The ensembles using this model cannot serve without it: they go first.
+        await self._ensembles.before_unload(name, self.unload)
         entry = self._entries.get(name)
         if entry is None:
             return
@@ -362,17 +371,31 @@ class ModelRepository:
         try:
             cached, fetched = await self._fetch(name, storage_uri)
             try:
-                plan = await asyncio.to_thread(
+                ensemble = await asyncio.to_thread(
                     functools.partial(
-                        plan_load,
+                        plan_ensemble,
                         name,
                         cached,
                         config_override=config_override,
                         is_named_by_load=storage_uri is not None,
-                        allow_model_code=allow_model_code,
-                        gpu_count=self._settings.gpu_count,
                     )
                 )
+                plan: LoadPlan | EnsemblePlan
+                if ensemble is None:
+                    plan = await asyncio.to_thread(
+                        functools.partial(
+                            plan_load,
+                            name,
+                            cached,
+                            config_override=config_override,
+                            is_named_by_load=storage_uri is not None,
+                            allow_model_code=allow_model_code,
+                            gpu_count=self._settings.gpu_count,
+                        )
+                    )
+                else:
+                    # Its composing models load first; it is checked against them.
+                    plan = await self._ensembles.prepare(ensemble)
             except BaseException:
                 cached.unpin()
                 raise
@@ -450,7 +473,11 @@ class ModelRepository:
             cache = "hit"
         return cached, FetchReport(cache, cached.fetched_bytes, time.monotonic() - started)
 
-    async def _build_version(self, name: str, version: int, plan: LoadPlan) -> LoadedVersion:
+    async def _build_version(
+        self, name: str, version: int, plan: LoadPlan | EnsemblePlan
+    ) -> LoadedVersion:
+        if isinstance(plan, EnsemblePlan):
+            return await self._ensembles.build(version, plan)
         loaded = await self._builder.build(name, version, plan)
         for capabilities in loaded.instances.member_capabilities():
             if capabilities.failure is not None:

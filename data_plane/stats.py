@@ -31,6 +31,21 @@ class BatchSizeStats:
     compute_output: Duration = field(default_factory=Duration)
 
 
+@dataclass(slots=True)
+class ComputeTimes:
+    """Compute durations added up over several requests: an ensemble's steps, whose sums
+    Triton reports as the ensemble request's own compute times."""
+
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def add(self, *, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        self.input_ns += input_ns
+        self.infer_ns += infer_ns
+        self.output_ns += output_ns
+
+
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 """Triton's ``reason`` label values for ``nv_inference_request_failure``."""
 
@@ -62,6 +77,27 @@ class ModelStats:
         stats.compute_infer.add(compute_ns)
         stats.compute_input.add(0)
         stats.compute_output.add(0)
+
+    def record_composed(
+        self, *, rows: int, request_ns: int, queue_ns: int, times: ComputeTimes
+    ) -> None:
+        """An ensemble request of ``rows`` rows was answered: Triton counts it as one
+        execution of that batch size whose compute times are its steps' (``times``)."""
+        self.record_success(
+            rows=rows,
+            request_ns=request_ns,
+            queue_ns=queue_ns,
+            input_ns=times.input_ns,
+            infer_ns=times.infer_ns,
+            output_ns=times.output_ns,
+        )
+        self.execution_count += 1
+        stats = self.batches.get(rows)
+        if stats is None:
+            stats = self.batches[rows] = BatchSizeStats()
+        stats.compute_input.add(times.input_ns)
+        stats.compute_infer.add(times.infer_ns)
+        stats.compute_output.add(times.output_ns)
 
     def record_success(
         self,

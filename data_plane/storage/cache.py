@@ -358,10 +358,14 @@ class NodeCache:
             raise StorageNotFoundError(uri=str(uri), reason="no such file or folder") from exc
         _check_inside(real, allowed, uri)
         if real.is_dir():
-            for _relative, path in local_entries(real):
+            entries = list(local_entries(real))
+            for _relative, path in entries:
                 _check_inside(path.resolve(), allowed, uri)
             files = list(local_files(real))
-            check_model_layout((relative for relative, _ in files), uri=str(uri))
+            # An ensemble's version folder is empty in Triton's layout: a version folder
+            # counts as a model's even with nothing in it.
+            folders = [f"{relative}/" for relative, path in entries if path.is_dir()]
+            check_model_layout([relative for relative, _ in files] + folders, uri=str(uri))
             digest = _local_digest(uri, [(rel, path.stat()) for rel, path in files])
             size = sum(path.stat().st_size for _, path in files)
             return CachedModel(

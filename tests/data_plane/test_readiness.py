@@ -26,8 +26,6 @@ def repo(tmp_path: Path) -> Path:
     write_python_model(root, "broken", source=BROKEN_SOURCE)
     ensemble = root / "pipeline"
     (ensemble / "1").mkdir(parents=True)
-    # Triton's ensembles keep an empty version folder; ours needs a file to pass the layout.
-    (ensemble / "1" / "model.onnx").write_bytes((root / "mlp" / "1" / "model.onnx").read_bytes())
     (ensemble / "config.pbtxt").write_text(
         'name: "pipeline"\nplatform: "ensemble"\nmax_batch_size: 8\n'
         'ensemble_scheduling { step { model_name: "mlp" model_version: -1 } }\n'
