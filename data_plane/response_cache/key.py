@@ -1,12 +1,14 @@
-"""A request's cache key: a 256-bit BLAKE2b digest of everything that decides its answer.
+"""A request's cache key: a SHA-256 digest of everything that decides its answer.
 
 Triton hashes the model's name and version and each input's name and bytes into a 64-bit
 ``size_t`` and compares nothing else, so two requests with the same bytes in different
 shapes or datatypes (``[1,4]`` and ``[2,2]``) share an answer there, and a collision would
 answer one request with another's outputs. This key adds each input's datatype and shape,
 and for models that see a request's requested outputs and parameters (Triton's Python
-backend) those too; a 256-bit digest makes a collision too unlikely to guard against, so
-the digest alone names the entry.
+backend) those too. A 256-bit digest makes a collision too unlikely to guard against, even
+one a client crafts to be given another's answer, so the digest alone names the entry;
+SHA-256 rather than BLAKE2b because CPUs with SHA extensions hash about twice as fast
+with it (1 KiB in about 2 us here).
 
 Every variable-length field is written with its length first, so no two different requests
 hash the same sequence of bytes.
@@ -17,13 +19,17 @@ from __future__ import annotations
 import hashlib
 import struct
 from collections.abc import Mapping
+from typing import Protocol
 
 import numpy as np
 
 from runtimes.model_request import RequestContext
 
-_DIGEST_BYTES = 32
 _LENGTH = struct.Struct("<Q")
+
+
+class _Digest(Protocol):
+    def update(self, data: bytes, /) -> None: ...
 
 
 def request_key(
@@ -32,7 +38,7 @@ def request_key(
     """The key of a request with ``inputs`` (as the model receives them) to the model
     version ``identity`` names; ``context`` when the model is given each request's own
     requested outputs and parameters."""
-    digest = hashlib.blake2b(digest_size=_DIGEST_BYTES)
+    digest = hashlib.sha256()
     _field(digest, identity)
     for name in sorted(inputs):
         array = inputs[name]
@@ -57,12 +63,12 @@ def request_key(
     return digest.digest()
 
 
-def _field(digest: hashlib.blake2b, value: bytes) -> None:
+def _field(digest: _Digest, value: bytes) -> None:
     digest.update(_LENGTH.pack(len(value)))
     digest.update(value)
 
 
-def _element(digest: hashlib.blake2b, element: object) -> None:
+def _element(digest: _Digest, element: object) -> None:
     """One element of a BYTES tensor; a ``str`` and its UTF-8 bytes differ, as the model
     sees them differ."""
     if isinstance(element, bytes):
