@@ -31,6 +31,7 @@ from data_plane.protocol import (
 )
 from data_plane.repository import LoadedVersion, TensorSpec
 from data_plane.response_cache import CacheLookup
+from data_plane.sequence import SequenceBatcher
 from data_plane.stats import ComputeTimes
 from data_plane.trace import RequestTrace, TraceManager
 from foundation.datatypes import NUMPY_DTYPES, protocol_from_numpy
@@ -59,8 +60,11 @@ async def infer(
         if reshape is not None:
             batch = reshape.to_model(batch)
         context = None
-        if model.capabilities.requests is not None:
+        as_produced = model.capabilities.requests is not None
+        if as_produced:
             context = _request_context(model, request)
+        elif isinstance(model.batcher, SequenceBatcher):
+            context = _sequence_context(request)
         prepared = time.monotonic_ns()
         cache = model.response_cache
         lookup = None
@@ -84,7 +88,7 @@ async def infer(
         produced = result.outputs if reshape is None else reshape.from_model(result.outputs)
         if cache is not None and lookup is not None:
             cache.store(lookup, produced)
-        outputs = _select_outputs(model, request, produced, as_produced=context is not None)
+        outputs = _select_outputs(model, request, produced, as_produced=as_produced)
     except BaseException as exc:
         ended = time.monotonic_ns()
         stats.record_failure(reason=_failure_reason(exc), request_ns=ended - started)
@@ -329,15 +333,31 @@ def _request_context(model: LoadedVersion, request: InferRequest) -> RequestCont
                 )
     parameters = request.parameters
     correlation_id = parameters.get("sequence_id", 0)
-    flags = (1 if parameters.get("sequence_start") else 0) | (
-        2 if parameters.get("sequence_end") else 0
-    )
+    flags = _sequence_flags(parameters)
     return RequestContext(
         request_id=request.id or "",
         correlation_id=correlation_id if isinstance(correlation_id, int | str) else 0,
         parameters={k: v for k, v in parameters.items() if k not in _RESERVED_PARAMETERS},
         requested_outputs=requested,
         flags=flags,
+    )
+
+
+def _sequence_context(request: InferRequest) -> RequestContext:
+    """What a sequence model's batcher needs of a request its engine takes merged: the
+    correlation ID and the START/END flags."""
+    parameters = request.parameters
+    correlation_id = parameters.get("sequence_id", 0)
+    return RequestContext(
+        request_id=request.id or "",
+        correlation_id=correlation_id if isinstance(correlation_id, int | str) else 0,
+        flags=_sequence_flags(parameters),
+    )
+
+
+def _sequence_flags(parameters: Mapping[str, object]) -> int:
+    return (1 if parameters.get("sequence_start") is True else 0) | (
+        2 if parameters.get("sequence_end") is True else 0
     )
 
 

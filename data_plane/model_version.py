@@ -15,6 +15,7 @@ from data_plane.instances import Instances
 from data_plane.protocol import InferRequest, OutputTensor
 from data_plane.reshape import TensorReshape
 from data_plane.response_cache import ModelResponseCache
+from data_plane.sequence import SequenceBatcher
 from data_plane.stats import ComputeTimes, ModelStats
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
@@ -108,7 +109,8 @@ class LoadedVersion:
     """Its runtimes (one per device its instance groups name) and their instances."""
     capabilities: Capabilities
     """What the runtime offers beyond infer (text generation, sleep, ...), asked once at load."""
-    batcher: Batcher
+    batcher: Batcher | SequenceBatcher
+    """The dynamic batcher, or the sequence batcher of a ``sequence_batching`` model."""
     stats: ModelStats
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]

@@ -23,6 +23,7 @@ from data_plane.instances import Instances, config_for, device_shares, has_engin
 from data_plane.model_version import LoadedVersion, TensorSpec
 from data_plane.reshape import TensorReshape
 from data_plane.response_cache import ModelResponseCache, ResponseCache
+from data_plane.sequence import SequenceBatcher, create_sequence_batcher
 from data_plane.stats import ModelStats
 from data_plane.storage import CachedModel
 from data_plane.warmup import read_samples, run_warmup
@@ -184,18 +185,31 @@ class VersionBuilder:
                     self._response_cache, model=name, version=version, stats=stats
                 )
             capabilities = instances.capabilities
-            policy = BatchPolicy.from_config(config, queue_bound=self._queue_bound)
-            batcher = Batcher(
-                instances.infer,
-                dataclasses.replace(policy, instance_count=instances.count),
-                on_execution=stats.record_execution,
-                execute_requests=(
-                    capabilities.requests.execute_requests
-                    if capabilities.requests is not None
-                    else None
-                ),
+            execute_requests = (
+                capabilities.requests.execute_requests
+                if capabilities.requests is not None
+                else None
             )
-            await batcher.start()
+            batcher: Batcher | SequenceBatcher
+            if config.HasField("sequence_batching"):
+                batcher = await create_sequence_batcher(
+                    config,
+                    plan.model_dir,
+                    instances.infer,
+                    instance_count=instances.count,
+                    queue_bound=self._queue_bound,
+                    on_execution=stats.record_execution,
+                    execute_requests=execute_requests,
+                )
+            else:
+                policy = BatchPolicy.from_config(config, queue_bound=self._queue_bound)
+                batcher = Batcher(
+                    instances.infer,
+                    dataclasses.replace(policy, instance_count=instances.count),
+                    on_execution=stats.record_execution,
+                    execute_requests=execute_requests,
+                )
+                await batcher.start()
         except BaseException:
             await instances.unload()
             raise

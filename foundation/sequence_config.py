@@ -255,6 +255,15 @@ def sequence_inputs(config: ModelConfig) -> list[ModelInput]:
     return added
 
 
+def sequence_tensor_names(config: ModelConfig) -> tuple[frozenset[str], frozenset[str]]:
+    """The names of the inputs the batcher feeds and of the outputs it keeps, read from a
+    config that may not have been checked yet (auto-complete runs before the checks)."""
+    batching = config.sequence_batching
+    inputs = {c.name for c in batching.control_input} | {s.input_name for s in batching.state}
+    outputs = {s.output_name for s in batching.state}
+    return frozenset(inputs - {""}), frozenset(outputs - {""})
+
+
 def sequence_outputs(config: ModelConfig) -> list[ModelOutput]:
     """The state outputs a sequence model produces for the batcher to keep."""
     if not config.HasField("sequence_batching"):

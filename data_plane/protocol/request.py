@@ -254,6 +254,9 @@ def _missing(member: str) -> str:
     return f"attempt to access non-existing object member '{member}'"
 
 
+_UINT64_END = 1 << 64
+
+
 def _is_uint(value: object) -> bool:
     return type(value) is int and value >= 0
 
@@ -265,7 +268,8 @@ def _parse_parameters(params: object, request: InferRequest) -> None:
         )
     for key, value in params.items():
         if key == "sequence_id":
-            if not (_is_uint(value) or isinstance(value, str)):
+            # Triton reads it as a uint64 or a string: a larger number is neither.
+            if not ((_is_uint(value) and value < _UINT64_END) or isinstance(value, str)):
                 raise InvalidArgumentError(f"Unable to parse 'sequence_id': {NOT_STRING}")
         elif key in ("sequence_start", "sequence_end", "binary_data_output"):
             if type(value) is not bool:

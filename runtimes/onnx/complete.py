@@ -21,6 +21,7 @@ from google.protobuf.internal.containers import RepeatedCompositeFieldContainer
 
 from foundation import datatypes
 from foundation.proto import model_config_pb2 as mc
+from foundation.sequence_config import sequence_tensor_names
 from runtimes.errors import ModelLoadError
 from runtimes.onnx.dtypes import ONNX_ELEM_TYPES
 from runtimes.onnx.wire import read_graph_interface
@@ -92,10 +93,15 @@ def _complete(
         if config.WhichOneof("scheduling_choice") is None:
             config.dynamic_batching.SetInParent()
     is_batched = config.max_batch_size > 0
+    # The sequence batcher's control and state tensors are not request tensors: Triton's
+    # ONNX backend completes only configs listing no inputs, so users list theirs.
+    fed, kept = sequence_tensor_names(config)
     for tensor in inputs:
-        _complete_tensor(config.input, tensor, is_batched)
+        if tensor.name not in fed:
+            _complete_tensor(config.input, tensor, is_batched)
     for tensor in outputs:
-        _complete_tensor(config.output, tensor, is_batched)
+        if tensor.name not in kept:
+            _complete_tensor(config.output, tensor, is_batched)
     if not config.backend and not config.platform:
         config.backend = backend
 

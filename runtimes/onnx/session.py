@@ -17,6 +17,7 @@ import onnxruntime as ort
 
 from foundation import datatypes
 from foundation.proto import model_config_pb2 as mc
+from foundation.sequence_config import sequence_inputs, sequence_outputs
 from runtimes.errors import InternalError, InvalidArgumentError, ModelLoadError
 from runtimes.onnx.dtypes import ORT_TYPES, bf16_ortvalue_to_float32, from_engine, to_engine
 
@@ -56,8 +57,12 @@ class Session:
         model_inputs = {i.name: i.type for i in session.get_inputs()}
         model_outputs = {o.name: o.type for o in session.get_outputs()}
         try:
-            inputs = _select("input", config.input, model_inputs, require_all=True)
-            outputs = _select("output", config.output, model_outputs, require_all=False)
+            # A sequence model's control and state tensors are the model's own too: the
+            # sequence batcher feeds the inputs and keeps the state outputs.
+            configured_inputs = [*config.input, *sequence_inputs(config)]
+            configured_outputs = [*config.output, *sequence_outputs(config)]
+            inputs = _select("input", configured_inputs, model_inputs, require_all=True)
+            outputs = _select("output", configured_outputs, model_outputs, require_all=False)
         except ValueError as exc:
             raise load_error(str(exc)) from exc
         tensors = inputs + outputs
