@@ -1,11 +1,13 @@
-"""The activator's connections to workers: keep-alive HTTP/1.1 over asyncio, parsed by httptools.
+"""The activator's connections to workers: a pool of keep-alive HTTP/1.1 connections.
 
 Why not a general-purpose client: the activator makes one kind of request (a body already
 in memory, to a worker on the cluster network) on the path of every inference, and
 profiles of httpx/httpcore there showed 1-1.5 ms of CPU per request, most of it in layers
 this hop does not need (URL models, header classes, anyio streams, a pool scanned on every
-request). Here a request is one ``transport.write`` of pre-joined bytes and a response is
-parsed in ``data_received`` as it arrives, so a small answer costs one parser call.
+request). The connections are :mod:`foundation.http1_client`'s: a request is one
+``transport.write`` of pre-joined bytes and a response is parsed in ``data_received`` as it
+arrives, so a small answer costs one parser call. This module adds what the activator needs
+on top: an awaitable answer whose body streams with flow control, timeouts, and the pool.
 
 The pool keeps idle connections per worker URL (most recently used first) under one bound on
 open connections; a caller that finds the bound reached waits up to the pool timeout.
@@ -20,10 +22,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import cast
 from urllib.parse import urlsplit
 
-import httptools
+from foundation.http1_client import Failure, Http1Connection
 
 logger = logging.getLogger(__name__)
 
@@ -31,8 +32,6 @@ _HIGH_WATER_BYTES = 1 << 20
 """Body bytes buffered for a slow reader before the worker's socket stops being read."""
 _LOW_WATER_BYTES = 1 << 18
 """Buffered bytes under which reading resumes."""
-_SEPARATE_WRITE_BYTES = 1 << 16
-"""Bodies from this size are written after the head rather than joined to it (no copy)."""
 _NO_BODY_METHODS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
 """Methods sent without ``Content-Length`` when their body is empty, as browsers do."""
 
@@ -147,6 +146,40 @@ class UpstreamResponse:
         reusable = self.is_complete and self.keep_alive and self._error is None
         connection.finish(reusable=reusable)
 
+    # -- foundation.http1_client.Receiver ----------------------------------------------------
+
+    def answer_head(
+        self, status: int, is_keep_alive: bool, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        self.status = status
+        self.keep_alive = is_keep_alive
+        self.headers = headers
+        if not self._head.done():
+            self._head.set_result(None)
+
+    def answer_body(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered > _HIGH_WATER_BYTES and self._connection is not None:
+            self._connection.pause_reading()
+        self._wake()
+
+    def answer_complete(self) -> None:
+        self.is_complete = True
+        self._wake()
+
+    def answer_failed(self, failure: Failure, cause: Exception | None) -> None:
+        connection = self._connection
+        if failure is Failure.PROTOCOL:
+            self._fail(UpstreamProtocolError(f"invalid HTTP from worker: {cause}"))
+        elif failure is Failure.CLOSED_BEFORE_ANSWER and connection and connection.was_used:
+            self._fail(_StaleConnectionError())
+        else:
+            reason = f"connection lost: {cause!r}" if cause else "connection closed"
+            self._fail(UpstreamProtocolError(reason))
+
+    # -- internals -------------------------------------------------------------------------
+
     async def _wait_head(self, timeout_s: float) -> None:
         if not self._head.done():
             try:
@@ -155,24 +188,9 @@ class UpstreamResponse:
                 raise UpstreamReadTimeoutError(f"no answer within {timeout_s:g} s") from None
         self._head.result()
 
-    def _feed(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._buffered += len(data)
-        if self._buffered > _HIGH_WATER_BYTES and self._connection is not None:
-            self._connection.pause_reading()
-        self._wake()
-
     def _resume_if_drained(self) -> None:
         if self._buffered < _LOW_WATER_BYTES and self._connection is not None:
             self._connection.resume_reading()
-
-    def _head_done(self) -> None:
-        if not self._head.done():
-            self._head.set_result(None)
-
-    def _complete(self) -> None:
-        self.is_complete = True
-        self._wake()
 
     def _fail(self, error: Exception) -> None:
         if self._error is None and not self.is_complete:
@@ -186,114 +204,25 @@ class UpstreamResponse:
             self._waiter.set_result(None)
 
 
-class _Connection(asyncio.Protocol):
-    """One TCP connection to a worker; answers one request at a time."""
+class _Connection(Http1Connection):
+    """A connection to one worker, kept by the pool between requests."""
 
     def __init__(self, pool: UpstreamPool, url: str, timeouts: UpstreamTimeouts) -> None:
+        super().__init__(keep_headers=True)
         self._pool = pool
         self.url = url
         self.timeouts = timeouts
-        self._parser = httptools.HttpResponseParser(self)
-        self._transport: asyncio.Transport | None = None
-        self._response: UpstreamResponse | None = None
-        self._received = False
-        self._is_informational = False
-        self._drained: asyncio.Future[None] | None = None
-        self._reading_paused = False
-        self.is_closed = False
         self.idle_since = 0.0
         self.was_used = False
-
-    # -- asyncio.Protocol ------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        response = self._response
-        if response is None:
-            # Bytes nobody asked for: the connection is out of step, never reuse it.
-            self._close()
-            return
-        self._received = True
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            response._fail(UpstreamProtocolError(f"invalid HTTP from worker: {exc}"))
-            self._close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.is_closed = True
-        response = self._response
-        if response is not None and not response.is_complete:
-            if not self._received and self.was_used:
-                response._fail(_StaleConnectionError())
-            else:
-                reason = f"connection lost: {exc!r}" if exc else "connection closed"
-                response._fail(UpstreamProtocolError(reason))
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-        self._pool._forget(self)
-
-    def pause_writing(self) -> None:
-        self._drained = asyncio.get_running_loop().create_future()
-
-    def resume_writing(self) -> None:
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
-        self._drained = None
-
-    # -- httptools callbacks -----------------------------------------------------------------
-
-    def on_header(self, name: bytes, value: bytes | None) -> None:
-        if self._response is not None and not self._is_informational:
-            self._response.headers.append((name.lower(), value or b""))
-
-    def on_headers_complete(self) -> None:
-        response = self._response
-        if response is None:
-            return
-        status = self._parser.get_status_code()
-        # A 1xx is followed by the real answer on the same connection.
-        self._is_informational = 100 <= status < 200
-        if self._is_informational:
-            response.headers.clear()
-            return
-        response.status = status
-        response.keep_alive = self._parser.should_keep_alive()
-        response._head_done()
-
-    def on_body(self, body: bytes) -> None:
-        if self._response is not None:
-            self._response._feed(body)
-
-    def on_message_complete(self) -> None:
-        if self._is_informational:
-            self._is_informational = False
-            return
-        if self._response is not None:
-            self._response._complete()
-
-    # -- used by the pool and the response ---------------------------------------------------
+        """It carried an answer before: a close before the next answer may be the worker's
+        idle timeout, and the request is worth one retry."""
 
     async def send(self, head: bytes, body: bytes, *, is_head: bool) -> UpstreamResponse:
-        assert self._transport is not None
         response = UpstreamResponse(self)
-        self._response = response
-        self._received = False
-        if is_head:
-            # No body follows an answer to HEAD whatever its headers say; httptools cannot be
-            # told so, so the connection is used once and closed.
-            self._parser = httptools.HttpResponseParser(_HeadOnly(self))
-        if len(body) >= _SEPARATE_WRITE_BYTES:
-            self._transport.write(head)
-            self._transport.write(body)
-        else:
-            self._transport.write(head + body)
-        if self._drained is not None:
+        self.write_request(response, head, body, is_head=is_head)
+        if self.is_write_paused:
             try:
-                await asyncio.wait_for(asyncio.shield(self._drained), self.timeouts.write_s)
+                await asyncio.wait_for(self.wait_drained(), self.timeouts.write_s)
             except TimeoutError:
                 response.close()
                 raise UpstreamProtocolError(
@@ -304,54 +233,33 @@ class _Connection(asyncio.Protocol):
         except BaseException:
             response.close()
             raise
-        if is_head:
-            response.keep_alive = False
-            response._complete()
         return response
 
-    def pause_reading(self) -> None:
-        if not self._reading_paused and self._transport is not None:
-            self._reading_paused = True
-            self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._reading_paused and self._transport is not None and not self.is_closed:
-            self._reading_paused = False
-            self._transport.resume_reading()
-
     def finish(self, *, reusable: bool) -> None:
-        self._response = None
+        """The response is done with: back to the pool's idle connections, or closed."""
+        # Whatever of the answer still comes is nobody's: the connection is out of step.
+        self.receiver = None
         self.resume_reading()
-        if reusable and not self.is_closed:
+        if reusable and self.is_reusable:
             self.was_used = True
             self.idle_since = time.monotonic()
             self._pool._put_idle(self)
         else:
-            self._close()
+            self.close()
 
     def abort(self, error: Exception) -> None:
         """Fail the answer in progress, if any, and close."""
-        if self._response is not None:
-            self._response._fail(error)
+        if isinstance(self.receiver, UpstreamResponse):
+            self.receiver._fail(error)
         self.finish(reusable=False)
 
-    def _close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
+    def close(self, *, abort: bool = False) -> None:
+        super().close(abort=abort)
+        # The slot is free now, not only once the transport has finished closing.
         self._pool._forget(self)
 
-
-class _HeadOnly:
-    """Parser callbacks for an answer to HEAD: the head only, then the message is done."""
-
-    def __init__(self, connection: _Connection) -> None:
-        self._connection = connection
-
-    def on_header(self, name: bytes, value: bytes | None) -> None:
-        self._connection.on_header(name, value)
-
-    def on_headers_complete(self) -> None:
-        self._connection.on_headers_complete()
+    def connection_closed(self) -> None:
+        self._pool._forget(self)
 
 
 class UpstreamPool:

@@ -1,8 +1,9 @@
 """Keep-alive HTTP/1.1 connections for the load, and plain blocking requests for setup.
 
-A :class:`Connection` is an ``asyncio.Protocol`` carrying one request at a time: ``send``
-writes pre-built request bytes, ``httptools`` parses the answer in C, and the owner (a
-:class:`ResponseSink`: the closed or open loop) is called back once per answer. No task,
+A :class:`Connection` (a :class:`foundation.http1_client.Http1Connection`, the connection the
+activator's upstream pool uses too) carries one request at a time: ``send`` writes pre-built
+request bytes, ``httptools`` parses the answer in C, and the owner (a :class:`ResponseSink`:
+the closed or open loop) is called back once per answer. No task,
 future or stream object is made per request: on a 2-core machine every microsecond the
 client spends is a microsecond the server under test does not get. Bodies are not kept,
 except the first bytes of error answers (to say why in the report).
@@ -23,10 +24,10 @@ import http.client
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Protocol, cast
+from typing import Final, Protocol
 from urllib.parse import urlsplit
 
-import httptools
+from foundation.http1_client import Failure, Http1Connection
 
 ERROR_SAMPLE_BYTES: Final = 300
 """How much of an error answer's body is kept as a sample."""
@@ -81,16 +82,16 @@ class BodyObserver(Protocol):
     def feed(self, data: bytes, at_ns: int) -> None: ...
 
 
-class Connection(asyncio.Protocol):
-    """One keep-alive connection with at most one request in flight."""
+class Connection(Http1Connection):
+    """One keep-alive connection with at most one request in flight; it receives its own
+    answers (:class:`foundation.http1_client.Receiver`) and reports them to its sink."""
 
     def __init__(self, sink: ResponseSink, observer: BodyObserver | None = None) -> None:
+        super().__init__()
         self._sink = sink
         self.observer = observer
         """Fed the body chunks of 2xx answers (``perf_counter_ns`` arrival times)."""
         self._is_observed = False
-        self._parser = httptools.HttpResponseParser(self)
-        self._transport: asyncio.Transport | None = None
         self._status = 0
         self._error_body: bytearray | None = None
         self.error_sample: bytes = b""
@@ -99,102 +100,63 @@ class Connection(asyncio.Protocol):
         """The owner's id of the request in flight; -1 when idle."""
         self.sent_ns = 0
         """``perf_counter_ns`` when the request in flight was written."""
-        self.is_closed = False
 
     # -- used by the loops ---------------------------------------------------------------
 
     def send(self, request: bytes, tag: int, now_ns: int = 0) -> None:
         """Write ``request``; ``now_ns`` (``perf_counter_ns``) saves a clock read when the
         caller has just taken one."""
-        assert self._transport is not None
         self.tag = tag
         self.sent_ns = now_ns or time.perf_counter_ns()
         if self.observer is not None:
             self.observer.reset()
-        self._transport.write(request)
+        self.write_request(self, request)
 
-    def abort(self, kind: str) -> None:
+    def give_up(self, kind: str) -> None:
         """Give up on the request in flight (counted as ``kind``) and drop the connection."""
+        self.receiver = None
         tag, self.tag = self.tag, -1
         if tag >= 0:
             self._sink.on_failure(self, tag, kind)
         self.close(abort=True)
 
-    def close(self, *, abort: bool = False) -> None:
-        if self._transport is not None and not self.is_closed:
-            if abort:
-                self._transport.abort()
-            else:
-                self._transport.close()
-
     @property
     def is_busy(self) -> bool:
         return self.tag >= 0
 
-    @property
-    def is_reusable(self) -> bool:
-        """Open, not closing (an answer without keep-alive closes it), and idle."""
-        transport = self._transport
-        return (
-            self.tag < 0
-            and not self.is_closed
-            and transport is not None
-            and not transport.is_closing()
-        )
+    # -- foundation.http1_client.Receiver ------------------------------------------------
 
-    # -- asyncio.Protocol ----------------------------------------------------------------
+    def answer_head(
+        self, status: int, is_keep_alive: bool, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        self._status = status
+        self._error_body = bytearray() if status >= 300 else None
+        self._is_observed = self.observer is not None and 200 <= status < 300
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement asyncio.Transport without subclassing it.
-        self._transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        if self.tag < 0:
-            # Nothing asked: the server may say why it closes an idle connection; the
-            # connection is out of step either way.
-            self.close()
-            return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError:
-            self.abort("protocol")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.is_closed = True
-        tag, self.tag = self.tag, -1
-        if tag >= 0:
-            self._sink.on_failure(self, tag, "connection")
-        self._sink.on_closed(self)
-
-    # -- httptools callbacks -------------------------------------------------------------
-
-    def on_headers_complete(self) -> None:
-        self._status = self._parser.get_status_code()
-        self._error_body = bytearray() if self._status >= 300 else None
-        self._is_observed = self.observer is not None and 200 <= self._status < 300
-
-    def on_body(self, body: bytes) -> None:
+    def answer_body(self, chunk: bytes) -> None:
         if self._is_observed:
             assert self.observer is not None
-            self.observer.feed(body, time.perf_counter_ns())
+            self.observer.feed(chunk, time.perf_counter_ns())
             return
         if self._error_body is not None and len(self._error_body) < ERROR_SAMPLE_BYTES:
-            self._error_body += body[: ERROR_SAMPLE_BYTES - len(self._error_body)]
+            self._error_body += chunk[: ERROR_SAMPLE_BYTES - len(self._error_body)]
 
-    def on_message_complete(self) -> None:
-        status = self._status
-        if 100 <= status < 200:
-            # An informational answer; the real one follows on the same connection.
-            return
+    def answer_complete(self) -> None:
         if self._error_body is not None:
             self.error_sample = bytes(self._error_body)
             self._error_body = None
-        keep_alive = self._parser.should_keep_alive()
         tag, self.tag = self.tag, -1
-        if not keep_alive:
-            # Closed before the owner may reuse it; on_closed tells the owner it is gone.
-            self.close()
-        self._sink.on_response(self, tag, status)
+        # An answer without keep-alive has closed the connection: on_closed tells the owner.
+        self._sink.on_response(self, tag, self._status)
+
+    def answer_failed(self, failure: Failure, cause: Exception | None) -> None:
+        tag, self.tag = self.tag, -1
+        if tag >= 0:
+            kind = "protocol" if failure is Failure.PROTOCOL else "connection"
+            self._sink.on_failure(self, tag, kind)
+
+    def connection_closed(self) -> None:
+        self._sink.on_closed(self)
 
 
 async def abort_overdue(connections: Iterable[Connection], timeout_s: float) -> None:
@@ -207,7 +169,7 @@ async def abort_overdue(connections: Iterable[Connection], timeout_s: float) -> 
         now = time.perf_counter_ns()
         for connection in list(connections):
             if connection.is_busy and now - connection.sent_ns > timeout_ns:
-                connection.abort("timeout")
+                connection.give_up("timeout")
 
 
 async def close_all(
