@@ -2,7 +2,7 @@
 against the engine called directly in this process, in the same run; and wake from sleep
 against a full reload.
 
-The model is the test suite's random-weights Llama (``tests.llm_model``, built here, nothing
+The model is the test suite's random-weights Llama (``bench.tiny_llm``, built here, nothing
 downloaded) at a bench size (``--layers``, ``--hidden``), served by the transformers engine on
 CPU. The same model folder is
 
@@ -65,14 +65,12 @@ import torch
 from bench import machine, report
 from bench.platform_process import PlatformProcess
 from bench.server import REPO_ROOT, process_tree_cpu_seconds, request
+from bench.tiny_llm import WORDS, write_tiny_llm
 from foundation import model_config
 from runtimes.llm.hf import OPTIONS, TransformersRuntime
 from runtimes.llm.hf_engine import HFEngine, TokenUpdate
 from runtimes.llm.parameters import read_parameters
 from runtimes.llm.text import IncrementalDetokenizer
-
-# The suite's model builder: the bench serves the same architecture and tokenizer, larger.
-from tests.llm_model import WORDS, write_tiny_llm
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 MODEL: Final = "bench-llm"

@@ -1,7 +1,8 @@
 """The benchmark's models: ONNX MLPs generated with a fixed seed, their repository and bodies.
 
-Each MLP is ``Gemm + Relu`` per hidden layer and a final ``Gemm`` (FP32, batch dimension
-``batch`` left dynamic), written with the Triton config the server batches it under.
+Each MLP is :mod:`data_plane.mlp`'s (the generator of the demo's model and the tests' too):
+``Gemm + Relu`` per hidden layer and a final ``Gemm`` (FP32, batch dimension ``batch`` left
+dynamic), written with the Triton config the server batches it under.
 """
 
 from __future__ import annotations
@@ -9,12 +10,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 
-INPUT_NAME: Final = "INPUT0"
-OUTPUT_NAME: Final = "OUTPUT0"
+from data_plane.mlp import (
+    INPUT_NAME as INPUT_NAME,
+    OUTPUT_NAME as OUTPUT_NAME,
+    mlp_weights,
+    write_mlp,
+)
+
 MAX_BATCH_SIZE: Final = 32
 _SEED: Final = 0
 
@@ -51,48 +57,8 @@ MODELS: Final = {
 
 
 def write_model(spec: MlpSpec, path: Path) -> None:
-    """Write ``spec`` as an ONNX model (opset 17, IR 8) with He-scaled random weights."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng([_SEED, *spec.widths])
-    nodes: list[Any] = []
-    weights: list[Any] = []
-    current = INPUT_NAME
-    layers = list(zip(spec.widths, spec.widths[1:], strict=False))
-    for index, (fan_in, fan_out) in enumerate(layers):
-        # He scaling keeps activations of a deep ReLU stack near unit size, so outputs
-        # stay comparable between the engine and the server at a float32 tolerance.
-        w = rng.standard_normal((fan_in, fan_out), dtype=np.float32) * np.float32(
-            np.sqrt(2.0 / fan_in)
-        )
-        b = rng.standard_normal(fan_out, dtype=np.float32) * np.float32(0.01)
-        weights += [
-            numpy_helper.from_array(w, f"w{index}"),
-            numpy_helper.from_array(b, f"b{index}"),
-        ]
-        is_last = index == len(layers) - 1
-        gemm_out = OUTPUT_NAME if is_last else f"g{index}"
-        nodes.append(helper.make_node("Gemm", [current, f"w{index}", f"b{index}"], [gemm_out]))
-        if not is_last:
-            nodes.append(helper.make_node("Relu", [gemm_out], [f"r{index}"]))
-            current = f"r{index}"
-    graph = helper.make_graph(
-        nodes,
-        spec.name,
-        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT, ["batch", spec.input_size])],
-        [
-            helper.make_tensor_value_info(
-                OUTPUT_NAME, TensorProto.FLOAT, ["batch", spec.output_size]
-            )
-        ],
-        initializer=weights,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    """Write ``spec`` as an ONNX model (:mod:`data_plane.mlp`, the same seed every run)."""
+    write_mlp(path, mlp_weights(spec.widths, _SEED), name=spec.name)
 
 
 def config_text(

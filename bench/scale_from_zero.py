@@ -51,10 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 from bench import engine as engine_module, machine, models, report
+from bench.moto_server import CREDENTIALS, REGION, MotoServer, start_moto
 from bench.platform_process import FAST_RESET_ENV, PlatformProcess, is_alive
 from bench.server import REPO_ROOT, infer_once
-from data_plane.demo import DEMO_MODEL, write_demo_repository
-from tests.data_plane.storage.s3_server import CREDENTIALS, REGION, MotoServer, start_moto
+from data_plane.demo import DEMO_MODEL, DEMO_WIDTHS, write_demo_repository
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 BUCKET: Final = "models"
@@ -65,7 +65,7 @@ WARM_MISS: Final = "warm_miss"
 WARM_LOCAL: Final = "warm_local"
 CASES: Final = (COLD, WARM_FRESH, WARM_HIT, WARM_MISS, WARM_LOCAL)
 TARGET_WARM_HIT_S: Final = 0.300
-_SPEC: Final = models.MlpSpec(DEMO_MODEL, (4, 16, 3))
+_SPEC: Final = models.MlpSpec(DEMO_MODEL, DEMO_WIDTHS)
 _BASE_URI: Final = f"s3://{BUCKET}/base/{DEMO_MODEL}"
 _ENGINE_LOG: Final = re.compile(r"engine cache (hit|miss|off)")
 _LOADED_LOG: Final = re.compile(rf"loaded {DEMO_MODEL} versions .+? in ([0-9.]+) s")

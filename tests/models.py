@@ -2,6 +2,7 @@
 
 Every ``write_*`` function creates ``repo/<name>/config.pbtxt`` (unless ``config=False``)
 and ``repo/<name>/<version>/model.<ext>`` and returns the model folder ``repo/<name>``.
+The MLPs are :mod:`data_plane.mlp`'s, the generator the demo and the benchmarks use too.
 MLP writers also save their weights as ``repo/<name>/weights.npz`` (outside the version
 folder, so no runtime sees it); :func:`load_mlp_weights` and :func:`mlp_reference` compute
 the expected outputs in numpy. Torch writers skip the calling test when torch is missing.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import numpy as np
 import onnx
@@ -20,18 +21,20 @@ import pytest
 from google.protobuf import text_format
 from onnx import helper
 
+from data_plane.mlp import (
+    ONNX_IR_VERSION as ONNX_IR_VERSION,
+    ONNX_OPSET as ONNX_OPSET,
+    MlpWeights as MlpWeights,
+    mlp_reference as mlp_reference,
+    mlp_weights as mlp_weights,
+    save_onnx_model,
+    write_mlp,
+)
 from foundation import datatypes
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import ModelRuntime, RuntimeOptions, RuntimeState
 
 RuntimeT = TypeVar("RuntimeT", bound=ModelRuntime)
-
-MlpWeights: TypeAlias = list[tuple[np.ndarray, np.ndarray]]
-"""Per layer ``(W, b)`` with ``W`` shaped ``[in, out]``: ``y = x @ W + b``."""
-
-ONNX_OPSET = 17
-"""An opset every ONNX Runtime from 1.14 on runs (``onnx`` may default to a newer one)."""
-ONNX_IR_VERSION = 8
 
 ONNX_ELEM_TYPES: dict[str, int] = {
     "BOOL": onnx.TensorProto.BOOL,
@@ -142,33 +145,11 @@ def state_of(runtime: ModelRuntime) -> RuntimeState:
     return runtime.state
 
 
-def mlp_weights(sizes: Sequence[int], seed: int) -> MlpWeights:
-    """Deterministic small weights for an MLP with layer widths ``sizes``."""
-    rng = np.random.default_rng(seed)
-    return [
-        (
-            rng.standard_normal((n_in, n_out), dtype=np.float32) / np.float32(np.sqrt(n_in)),
-            rng.standard_normal(n_out, dtype=np.float32) * np.float32(0.1),
-        )
-        for n_in, n_out in zip(sizes[:-1], sizes[1:], strict=True)
-    ]
-
-
 def load_mlp_weights(model_dir: Path) -> MlpWeights:
     """The weights an MLP writer saved next to the model's versions."""
     with np.load(model_dir / "weights.npz") as data:
         count = len(data.files) // 2
         return [(data[f"arr_{2 * i}"], data[f"arr_{2 * i + 1}"]) for i in range(count)]
-
-
-def mlp_reference(weights: MlpWeights, x: np.ndarray) -> np.ndarray:
-    """The MLP in numpy: ReLU after every layer but the last."""
-    y = x.astype(np.float32)
-    for i, (w, b) in enumerate(weights):
-        y = y @ w + b
-        if i < len(weights) - 1:
-            y = np.maximum(y, 0)
-    return y
 
 
 def write_onnx_mlp(
@@ -183,31 +164,11 @@ def write_onnx_mlp(
     config: bool = True,
     instance_count: int = 1,
 ) -> Path:
-    """Gemm+Relu MLP: ``INPUT0`` FP32 ``[-1, sizes[0]]`` -> ``OUTPUT0`` FP32."""
+    """Gemm+Relu MLP (:func:`data_plane.mlp.write_mlp`): ``INPUT0`` FP32 ``[-1, sizes[0]]``
+    -> ``OUTPUT0`` FP32."""
     weights = mlp_weights(sizes, seed)
-    nodes: list[onnx.NodeProto] = []
-    initializers: list[onnx.TensorProto] = []
-    current = "INPUT0"
-    for i, (w, b) in enumerate(weights):
-        initializers += [
-            onnx.numpy_helper.from_array(w, f"w{i}"),
-            onnx.numpy_helper.from_array(b, f"b{i}"),
-        ]
-        last = i == len(weights) - 1
-        gemm_out = "OUTPUT0" if last else f"gemm{i}"
-        nodes.append(helper.make_node("Gemm", [current, f"w{i}", f"b{i}"], [gemm_out]))
-        if not last:
-            nodes.append(helper.make_node("Relu", [gemm_out], [f"relu{i}"]))
-            current = f"relu{i}"
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("INPUT0", onnx.TensorProto.FLOAT, ["batch", sizes[0]])],
-        [helper.make_tensor_value_info("OUTPUT0", onnx.TensorProto.FLOAT, ["batch", sizes[-1]])],
-        initializer=initializers,
-    )
     model_dir = repo / name
-    _save_onnx(graph, model_dir / str(version) / "model.onnx")
+    write_mlp(model_dir / str(version) / "model.onnx", weights)
     _save_weights(model_dir, weights)
     if config:
         write_config(
@@ -250,7 +211,7 @@ def write_onnx_add_sub(
         [helper.make_tensor_value_info(n, elem, shape) for n in ("OUTPUT0", "OUTPUT1")],
     )
     model_dir = repo / name
-    _save_onnx(graph, model_dir / str(version) / "model.onnx")
+    save_onnx_model(graph, model_dir / str(version) / "model.onnx")
     if config:
         write_config(
             model_dir,
@@ -291,7 +252,7 @@ def write_onnx_identity(
         [helper.make_tensor_value_info("OUTPUT0", elem, shape)],
     )
     model_dir = repo / name
-    _save_onnx(graph, model_dir / str(version) / "model.onnx")
+    save_onnx_model(graph, model_dir / str(version) / "model.onnx")
     if config:
         write_config(
             model_dir,
@@ -434,14 +395,6 @@ def _config_dims(dims: Sequence[int], max_batch_size: int) -> list[int]:
 def _graph_shape(dims: Sequence[int], max_batch_size: int) -> list[int | str]:
     shape: list[int | str] = [d if d >= 0 else f"d{i}" for i, d in enumerate(dims)]
     return ["batch", *shape] if max_batch_size > 0 else shape
-
-
-def _save_onnx(graph: onnx.GraphProto, path: Path) -> None:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ONNX_OPSET)])
-    model.ir_version = ONNX_IR_VERSION
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
 
 
 def _save_weights(model_dir: Path, weights: MlpWeights) -> None:

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import onnx
 import pytest
-from onnx import numpy_helper
 
-from data_plane.demo import DEMO_MODEL, write_demo_repository
+from data_plane.demo import DEMO_MODEL, DEMO_SEED, DEMO_WIDTHS, write_demo_repository
+from data_plane.mlp import mlp_reference, mlp_weights
 from tests.integration.test_platform_e2e import (
     AUTH,
     Platform,
@@ -88,11 +87,8 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-def _demo_reference(model_dir: Path, x: np.ndarray) -> np.ndarray:
-    graph = onnx.load(str(model_dir / "1" / "model.onnx")).graph
-    weights = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    hidden = np.maximum(x @ weights["w1"], 0.0)
-    return np.asarray(hidden @ weights["w2"])
+def _demo_reference(x: np.ndarray) -> np.ndarray:
+    return mlp_reference(mlp_weights(DEMO_WIDTHS, DEMO_SEED), x)
 
 
 def _body(x: np.ndarray) -> dict[str, object]:
@@ -155,7 +151,7 @@ async def test_bursts_from_zero_under_cpu_load_are_all_answered(
                 continue
             output = outcome.json()["outputs"][0]
             got = np.asarray(output["data"], dtype=np.float32).reshape(output["shape"])
-            np.testing.assert_allclose(got, _demo_reference(model_dir, x), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(got, _demo_reference(x), rtol=1e-4, atol=1e-5)
         print(f"burst {round_ + 1}: {dict(kinds)} in {elapsed_s:.1f} s")
         platform.remember_workers()
     log_tail = platform.log()[-8000:]

@@ -1,8 +1,8 @@
 """Real S3-compatible servers for storage tests: moto_server, and a fault-injecting proxy.
 
-``MotoServer`` runs ``python -m moto.server`` on a free loopback port with its request log
-in a file: werkzeug writes a request's line when it sends the status line, so once a client
-has a response, its request is in the log, and tests count object GETs there.
+``MotoServer`` and ``start_moto`` are ``bench.moto_server``'s (the benchmarks start the same
+server): ``python -m moto.server`` on a free loopback port with its request log in a file,
+where tests count object GETs.
 
 ``FaultProxy`` forwards to a server and, for object GETs only (no query string: not
 listings), can flip a byte of the body (``corrupt``), cut the body short (``truncate``),
@@ -13,96 +13,19 @@ spoils (None: all).
 from __future__ import annotations
 
 import http.client
-import os
-import re
-import socket
-import subprocess
-import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any, Literal
 
-import boto3
-
-START_TIMEOUT_S = 30.0
-CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-REGION = "us-east-1"
+from bench.moto_server import (
+    CREDENTIALS as CREDENTIALS,
+    REGION as REGION,
+    MotoServer as MotoServer,
+    start_moto as start_moto,
+)
 
 FaultMode = Literal["pass", "corrupt", "truncate", "hang"]
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def s3_client(endpoint_url: str) -> Any:
-    return boto3.client("s3", endpoint_url=endpoint_url, region_name=REGION, **CREDENTIALS)
-
-
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@dataclass
-class MotoServer:
-    """A running moto_server; stop() always ends it."""
-
-    process: subprocess.Popen[bytes]
-    port: int
-    log_path: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def client(self) -> Any:
-        return s3_client(self.url)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def object_gets(self, bucket: str, key_prefix: str = "") -> int:
-        """GET requests for objects (not listings) in ``bucket`` under ``key_prefix``."""
-        pattern = re.compile(rf'"GET /{re.escape(bucket)}/{re.escape(key_prefix)}[^ ?]* HTTP')
-        # Werkzeug colours some status lines (206 among them) with ANSI escapes, even in a file.
-        return len(pattern.findall(_ANSI_ESCAPE.sub("", self.log())))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
-def start_moto(log_dir: Path, *, env: dict[str, str] | None = None) -> MotoServer:
-    port = free_port()
-    log_path = log_dir / f"moto-{port}.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        )
-    server = MotoServer(process, port, log_path)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"moto_server exited with {process.returncode}:\n{server.log()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
-                return server
-        except OSError:
-            time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"moto_server did not start within {START_TIMEOUT_S} s:\n{server.log()}")
 
 
 @dataclass
