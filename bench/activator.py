@@ -4,8 +4,8 @@ One ``zeroserve up`` platform (control plane and activator in one process, local
 serves one model, registered with ``min_replicas = max_replicas = 1`` so that one worker
 holds it for the whole run. That worker is reached two ways: through the activator's public
 port, and straight at its own port. At each fixed request rate an open-loop Poisson load of
-batch-1 binary requests (``bench/open_loop.py``: latency from the *intended* send time, so
-queueing is not hidden) runs both ways back to back, the first way alternating; repeats
+batch-1 binary requests (``zeroserve bench``'s open loop: latency from the *intended* send
+time, so queueing is not hidden) runs both ways back to back, the first way alternating; repeats
 visit the rates ascending, then descending; medians are reported. Each repeat also measures
 each way's capacity with a closed loop (wrk, 8 connections), and the targets are judged at
 the rates at or below half of the activator's capacity ("below saturation"):
@@ -44,10 +44,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 from bench import engine as engine_module, machine, models, profiling, report
-from bench.loadgen import LoadGenerator, PythonLoad, Target, WrkLoad
-from bench.open_loop import OpenLoopResult, run_open_loop
+from bench.loadgen import BenchLoad, LoadGenerator, Target, WrkLoad, load_plan
 from bench.platform_process import PlatformProcess
-from bench.server import HOST, REPO_ROOT, infer_once, process_cpu_seconds, request
+from bench.server import HOST, REPO_ROOT, infer_once, process_cpu_seconds
+from zeroserve.bench import LevelResult, run_open
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 DIRECT: Final = "direct"
@@ -56,6 +56,8 @@ SATURATION_SHARE: Final = 0.5
 """A rate is "below saturation" at or below this share of the activator's capacity."""
 ADDED_P50_MS: Final = 1.0
 ADDED_P99_MS: Final = 3.0
+MAX_CONNECTIONS: Final = 256
+"""The open loop's connections at most (a request with none idle waits, its latency running)."""
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="zeroserve-bench-activator-") as tmp:
         workdir = Path(tmp)
         model, spec, model_dir = _write_model(args.model, workdir / "models")
-        loadgen: LoadGenerator = WrkLoad(workdir) if WrkLoad.is_available() else PythonLoad()
+        loadgen: LoadGenerator = WrkLoad(workdir) if WrkLoad.is_available() else BenchLoad()
         platform = PlatformProcess(
             workdir, cache_dir=workdir / "cache", allowed_storage=(str(workdir / "models"),)
         )
@@ -165,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             "order": "rates ascending on even repeats, descending on odd; at each rate both "
             "paths back to back, direct first on even (rate index + repeat), else activator",
             "open_loop": "Poisson arrivals, latency from the intended send time "
-            "(bench/open_loop.py), one process, uvloop",
+            f"(zeroserve bench's open loop, in this process, at most {MAX_CONNECTIONS} "
+            "connections)",
             "capacity": f"closed loop, {args.capacity_connections} connections, "
             f"{args.capacity_duration} s, {loadgen.name}",
             "below_saturation": f"rate <= {SATURATION_SHARE} x the activator's median capacity",
@@ -197,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
 def _write_model(name: str, root: Path) -> tuple[str, models.MlpSpec, Path]:
     """The model's repository name, its shape (for request bodies) and its folder."""
     if name == "demo":
-        from data_plane.demo import DEMO_MODEL, write_demo_repository
+        from data_plane.demo import DEMO_MODEL, DEMO_WIDTHS, write_demo_repository
 
-        return DEMO_MODEL, models.MlpSpec(DEMO_MODEL, (4, 16, 3)), write_demo_repository(root)
+        return DEMO_MODEL, models.MlpSpec(DEMO_MODEL, DEMO_WIDTHS), write_demo_repository(root)
     spec = models.MODELS[name]
     models.write_repository(root, [spec], max_queue_delay_us=0)
     return spec.name, spec, root / spec.name
@@ -222,15 +225,6 @@ def _start_model(
         served = infer_once(port, model, body)
         if served.shape != expected.shape or not np.allclose(served, expected, 1e-3, 1e-4):
             raise RuntimeError(f"{path}: the answer differs from ONNX Runtime's")
-        # The open-loop client needs Content-Length (it does not parse chunked answers).
-        headers = {"Content-Type": body.content_type}
-        if body.header_length is not None:
-            headers["Inference-Header-Content-Length"] = str(body.header_length)
-        _, answer_headers, _ = request(
-            port, "POST", f"/v2/models/{model}/infer", body=body.body, headers=headers
-        )
-        if "content-length" not in answer_headers:
-            raise RuntimeError(f"{path}: the answer has no Content-Length")
     print(f"verified: {model} answers ONNX Runtime's output directly and through the activator")
     return setup
 
@@ -288,13 +282,8 @@ def _run_point(
     worker_cpu = process_cpu_seconds(setup.worker_pid)
     busy = machine.busy_cpu_seconds()
     started = time.perf_counter()
-    result = run_open_loop(
-        setup.target(path),
-        setup.body,
-        rate=rate,
-        duration_s=args.duration,
-        warmup_s=args.warmup,
-        seed=seed,
+    result = _open_loop(
+        setup, path, rate, duration_s=args.duration, warmup_s=args.warmup, seed=seed
     )
     wall = time.perf_counter() - started
     platform_cpu = (setup.platform.cpu_seconds() - platform_cpu) / wall
@@ -308,8 +297,38 @@ def _run_point(
     }
 
 
-def _record(result: OpenLoopResult) -> dict[str, Any]:
-    return asdict(result) | {"error_count": result.error_count}
+def _open_loop(
+    setup: _Setup, path: str, rate: float, *, duration_s: float, warmup_s: float, seed: int
+) -> LevelResult:
+    requests = load_plan(setup.target(path), setup.body, duration_s=duration_s, warmup_s=warmup_s)
+    return run_open(requests, rate, seed=seed, max_connections=MAX_CONNECTIONS)
+
+
+def _record(result: LevelResult) -> dict[str, Any]:
+    """One point's figures, flat: latency from the intended send, service latency from the
+    actual one."""
+    latency, service = result.latency, result.service_latency
+    assert service is not None and result.offered_rate is not None
+    return {
+        "rate": result.level,
+        "offered_rate": result.offered_rate,
+        "ok": result.ok,
+        "errors": result.errors,
+        "error_count": result.error_count,
+        "duration_s": result.duration_s,
+        "throughput": result.throughput,
+        "p50_ms": latency.p50_ms,
+        "p90_ms": latency.p90_ms,
+        "p99_ms": latency.p99_ms,
+        "p999_ms": latency.p999_ms,
+        "mean_ms": latency.mean_ms,
+        "max_ms": latency.max_ms,
+        "service_p50_ms": service.p50_ms,
+        "service_p99_ms": service.p99_ms,
+        "send_lag_p99_ms": result.send_lag_p99_ms,
+        "connections": result.connections,
+        "client_cpu_cores": result.client_cpu_cores,
+    }
 
 
 _MEDIAN_KEYS: Final = (
@@ -320,7 +339,6 @@ _MEDIAN_KEYS: Final = (
     "p999_ms",
     "service_p50_ms",
     "service_p99_ms",
-    "send_lag_p50_ms",
     "send_lag_p99_ms",
     "platform_cpu_cores",
     "worker_cpu_cores",
@@ -447,7 +465,7 @@ def _table(
 
 
 def _client_name(loadgen: LoadGenerator) -> str:
-    return f"open loop: bench/open_loop.py (Python, uvloop); capacity: {loadgen.name}"
+    return f"open loop: zeroserve bench's, in process; capacity: {loadgen.name}"
 
 
 def _profile(args: argparse.Namespace, setup: _Setup, stamp: str, tag: str) -> int:
@@ -457,26 +475,14 @@ def _profile(args: argparse.Namespace, setup: _Setup, stamp: str, tag: str) -> i
     duration = max(int(args.duration), 1)
     with tempfile.TemporaryDirectory(prefix="zeroserve-bench-pyspy-") as tmp:
         raw = Path(tmp) / "pyspy-raw.txt"
-        run_open_loop(
-            setup.target(ACTIVATOR),
-            setup.body,
-            rate=args.profile_rate,
-            duration_s=2,
-            warmup_s=0,
-            seed=1,
-        )
+        _open_loop(setup, ACTIVATOR, args.profile_rate, duration_s=2, warmup_s=0, seed=1)
         pid = setup.platform.pid
         command = profiling.pyspy_command(pid, raw, duration, native=False)
         spy = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             before = profiling.thread_cpu_seconds(pid)
-            result = run_open_loop(
-                setup.target(ACTIVATOR),
-                setup.body,
-                rate=args.profile_rate,
-                duration_s=duration,
-                warmup_s=0,
-                seed=2,
+            result = _open_loop(
+                setup, ACTIVATOR, args.profile_rate, duration_s=duration, warmup_s=0, seed=2
             )
             after = profiling.thread_cpu_seconds(pid)
             output, _ = spy.communicate(timeout=duration + 60)
@@ -487,7 +493,7 @@ def _profile(args: argparse.Namespace, setup: _Setup, stamp: str, tag: str) -> i
         if spy.returncode != 0 or not raw.is_file():
             raise RuntimeError(f"py-spy failed (exit {spy.returncode}): {output.strip()[-500:]}")
         folded = profiling.fold_pyspy(raw, REPO_ROOT)
-    description = machine.describe(REPO_ROOT, load_generator="bench/open_loop.py")
+    description = machine.describe(REPO_ROOT, load_generator="zeroserve bench's open loop")
     text = "\n\n".join(
         [
             f"zeroserve activator profile, {stamp}\n"
@@ -497,7 +503,8 @@ def _profile(args: argparse.Namespace, setup: _Setup, stamp: str, tag: str) -> i
             f"command: {' '.join(command)}\n"
             f"load: {setup.model}, batch-1 binary, open loop {args.profile_rate:g}/s through "
             f"the activator for {duration} s: {result.throughput:.1f}/s, p50 "
-            f"{result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms, errors {result.error_count}",
+            f"{result.latency.p50_ms:.2f} ms, p99 {result.latency.p99_ms:.2f} ms, errors "
+            f"{result.error_count}",
             profiling.thread_cpu_text(pid, before, after, float(duration), folded.thread_names),
             profiling.pyspy_text(folded, top=args.top),
         ]

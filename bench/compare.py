@@ -438,12 +438,7 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
                 else:
                     contender = by_key[key]
                     record = measure.served_point(
-                        contender.url,
-                        SERVED_MODEL.name,
-                        entry.size,
-                        settings,
-                        contender.pid,
-                        setup.workdir,
+                        contender.url, SERVED_MODEL.name, entry.size, settings, contender.pid
                     )
                 entry.repeats.append(record)
                 level = f"b={entry.size}" if entry.is_engine else f"c={entry.size}"

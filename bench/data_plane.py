@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 from bench import engine as engine_module, machine, models, profiling, report
-from bench.loadgen import LoadGenerator, PythonLoad, Target, WrkLoad
+from bench.loadgen import BenchLoad, LoadGenerator, Target, WrkLoad
 from bench.server import (
     HOST,
     REPO_ROOT,
@@ -84,7 +84,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="instance_group count in the generated configs; the engine alone then runs as "
         "many batches at once from as many threads",
     )
-    parser.add_argument("--client", choices=["auto", "wrk", "python"], default="auto")
+    parser.add_argument(
+        "--client",
+        choices=["auto", "wrk", "zeroserve-bench"],
+        default="auto",
+        help="closed-loop load: wrk, or zeroserve bench's loop in this process (auto: wrk "
+        "where it is installed)",
+    )
     parser.add_argument("--pin-client", metavar="CPUS", help="taskset CPU list for wrk")
     parser.add_argument("--pin-server", metavar="CPUS", help="taskset CPU list for the server")
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
@@ -119,14 +125,15 @@ def _names(text: str) -> list[str]:
 
 
 def _loadgen(args: argparse.Namespace, workdir: Path) -> LoadGenerator:
-    if args.client == "python" or (args.client == "auto" and not WrkLoad.is_available()):
+    if args.client == "zeroserve-bench" or (args.client == "auto" and not WrkLoad.is_available()):
         if args.client == "auto":
             print(
-                "wrk not found (apt-get install -y wrk); using the Python client", file=sys.stderr
+                "wrk not found (apt-get install -y wrk); using zeroserve bench's loop",
+                file=sys.stderr,
             )
-        return PythonLoad()
+        return BenchLoad()
     if not WrkLoad.is_available():
-        raise SystemExit("wrk not found; apt-get install -y wrk, or --client python")
+        raise SystemExit("wrk not found; apt-get install -y wrk, or --client zeroserve-bench")
     return WrkLoad(workdir, pin_cpus=args.pin_client)
 
 
@@ -306,7 +313,7 @@ def _serve(
     result = loadgen.run(target, body, connections=point.size, duration_s=args.duration)
     cpu, busy = server.cpu_seconds() - cpu, machine.busy_cpu_seconds() - busy
     own_after = resource.getrusage(resource.RUSAGE_SELF)
-    # Accounted for: the server, this process (the Python fallback client runs in it) and
+    # Accounted for: the server, this process (zeroserve bench's loop runs in it) and
     # wrk (a child, measured by the load generator). The rest of the machine is noise.
     own_s = own_after.ru_utime - own.ru_utime + own_after.ru_stime - own.ru_stime
     wrk_s = result.client_cpu_cores * result.duration_s if isinstance(loadgen, WrkLoad) else 0.0

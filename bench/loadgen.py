@@ -5,25 +5,24 @@ on a small machine): a generated Lua script loads the body from a file into ``wr
 strings hold binary bytes), so wrk sends one static request and calls no Lua per request, and
 ``done()`` prints the summary and latency percentiles as JSON. Non-2xx/3xx answers are
 counted from ``summary.errors.status``, not by a per-response hook (which would slow wrk).
-:class:`PythonLoad` is the fallback when wrk is missing: asyncio raw sockets, one task per
-connection; it costs far more CPU per request, which the results record.
+:class:`BenchLoad` is ``zeroserve bench``'s closed loop in this process, the fallback where
+wrk is missing; it costs more CPU per request, which the results record. Open-loop load
+(Poisson arrivals) is ``zeroserve bench``'s too: :func:`zeroserve.bench.run_open` with the
+requests of :func:`load_plan`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import resource
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
 
-import numpy as np
-
 from bench.models import RequestBody
+from zeroserve.bench import Body, Endpoint, LoadPlan, http_request, run_closed
 
 _RESULT_MARK: Final = "WRK_RESULT "
 
@@ -184,89 +183,58 @@ class WrkLoad:
         return path
 
 
-class PythonLoad:
-    """Fallback client: asyncio keep-alive sockets in this process (uvloop when installed)."""
+class BenchLoad:
+    """``zeroserve bench``'s closed loop, in this process (uvloop when installed)."""
 
-    name = "python asyncio raw sockets (fallback: wrk not found)"
+    name = "zeroserve bench's closed loop, in process"
+
+    def __init__(self, *, timeout_s: float = 10.0) -> None:
+        self._timeout_s = timeout_s
 
     def run(
         self, target: Target, body: RequestBody, *, connections: int, duration_s: int
     ) -> LoadResult:
-        head = (
-            f"POST {target.path} HTTP/1.1\r\nHost: {target.host}:{target.port}\r\n"
-            f"Content-Type: {body.content_type}\r\nContent-Length: {len(body.body)}\r\n"
-        )
-        if body.header_length is not None:
-            head += f"Inference-Header-Content-Length: {body.header_length}\r\n"
-        request = (head + "\r\n").encode() + body.body
-        before = resource.getrusage(resource.RUSAGE_SELF)
-        started = time.perf_counter()
-        latencies, errors = _run_event_loop(target, request, connections, duration_s)
-        duration = time.perf_counter() - started
-        after = resource.getrusage(resource.RUSAGE_SELF)
-        cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        values = np.asarray(latencies or [0], dtype=np.float64) / 1e6
-        p50, p90, p99 = np.percentile(values, [50, 90, 99])
+        requests = load_plan(target, body, duration_s=duration_s, timeout_s=self._timeout_s)
+        level = run_closed(requests, connections)
+        latency = level.latency
         return LoadResult(
-            requests=len(latencies),
-            errors=errors,
-            duration_s=duration,
-            throughput=len(latencies) / duration,
-            p50_ms=float(p50),
-            p90_ms=float(p90),
-            p99_ms=float(p99),
-            mean_ms=float(values.mean()),
-            max_ms=float(values.max()),
-            client_cpu_cores=cpu_s / duration,
+            requests=level.ok,
+            errors=level.errors,
+            duration_s=level.duration_s,
+            throughput=level.throughput,
+            p50_ms=latency.p50_ms,
+            p90_ms=latency.p90_ms,
+            p99_ms=latency.p99_ms,
+            mean_ms=latency.mean_ms,
+            max_ms=latency.max_ms,
+            client_cpu_cores=level.client_cpu_cores,
         )
 
 
-def _run_event_loop(
-    target: Target, request: bytes, connections: int, duration_s: int
-) -> tuple[list[int], dict[str, int]]:
-    try:
-        import uvloop
-
-        return uvloop.run(_closed_loop(target, request, connections, duration_s))
-    except ImportError:
-        return asyncio.run(_closed_loop(target, request, connections, duration_s))
-
-
-async def _closed_loop(
-    target: Target, request: bytes, connections: int, duration_s: int
-) -> tuple[list[int], dict[str, int]]:
-    latencies: list[int] = []
-    errors = {"connect": 0, "read": 0, "status": 0}
-    deadline = time.perf_counter_ns() + duration_s * 1_000_000_000
-
-    async def connection() -> None:
-        try:
-            reader, writer = await asyncio.open_connection(target.host, target.port)
-        except OSError:
-            errors["connect"] += 1
-            return
-        try:
-            while (sent := time.perf_counter_ns()) < deadline:
-                writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-                status = int(head[9:12])
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                if 200 <= status < 400:
-                    latencies.append(time.perf_counter_ns() - sent)
-                else:
-                    errors["status"] += 1
-        except (OSError, asyncio.IncompleteReadError, ValueError):
-            errors["read"] += 1
-        finally:
-            writer.close()
-
-    await asyncio.gather(*(connection() for _ in range(connections)))
-    return latencies, errors
+def load_plan(
+    target: Target,
+    body: RequestBody,
+    *,
+    duration_s: float,
+    warmup_s: float = 0.0,
+    timeout_s: float = 10.0,
+) -> LoadPlan:
+    """``zeroserve bench``'s plan for posting ``body`` to ``target`` again and again."""
+    headers = [("Content-Type", body.content_type)]
+    if body.header_length is not None:
+        headers.append(("Inference-Header-Content-Length", str(body.header_length)))
+    endpoint = Endpoint(target.host, target.port)
+    request = http_request(
+        endpoint.host_header, "POST", target.path, Body(body.body, tuple(headers))
+    )
+    return LoadPlan(
+        endpoint=endpoint,
+        requests=(request,),
+        warmup_s=warmup_s,
+        duration_s=duration_s,
+        timeout_s=timeout_s,
+        connect_timeout_s=timeout_s,
+    )
 
 
 def _wrk_version() -> str:

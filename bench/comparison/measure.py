@@ -2,18 +2,17 @@
 
 The load generator is the same for every server in a run: ``wrk`` (one thread, one
 pre-built batch-1 JSON body, closed loop; :func:`wrk_point`) where it is installed, else
-``zeroserve bench`` as a subprocess (closed loop, batch-1 JSON requests, random inputs from
-the model's metadata; :func:`served_point`). wrk costs a fraction of the Python client's CPU
-per request, which on 2 cores is CPU left to the server under test, and at low concurrency
-its own share of each round trip is small enough that latency is the server's. Around the
-load the server's whole process tree's CPU is read from ``/proc``, so that a server with
-worker processes (MLServer's default) is charged for them; the server's CPU per request is
-that CPU over the loaded seconds divided by the throughput.
+``zeroserve bench``, run in this process as a library (closed loop, batch-1 JSON requests,
+random inputs from the model's metadata; :func:`served_point`). wrk costs a fraction of
+``zeroserve bench``'s CPU per request, which on 2 cores is CPU left to the server under
+test, and at low concurrency its own share of each round trip is small enough that latency
+is the server's. Around the load the server's whole process tree's CPU is read from
+``/proc``, so that a server with worker processes (MLServer's default) is charged for them;
+the server's CPU per request is that CPU over the loaded seconds divided by the throughput.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -27,7 +26,8 @@ from bench.engine import Engine
 from bench.loadgen import Target, WrkLoad
 from bench.machine import busy_cpu_seconds
 from bench.models import RequestBody
-from bench.server import REPO_ROOT, process_tree_cpu_seconds
+from bench.server import process_tree_cpu_seconds
+from zeroserve.bench import BenchConfig, BenchError, run_bench
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class LoadSettings:
 def bench_command(
     url: str, model: str, concurrency: int, settings: LoadSettings, json_out: Path
 ) -> list[str]:
-    """The ``zeroserve bench`` command line of one point."""
+    """The ``zeroserve bench`` command line that measures what :func:`served_point` does."""
     return [
         sys.executable,
         "-m",
@@ -72,43 +72,39 @@ def served_point(
     concurrency: int,
     settings: LoadSettings,
     server_pid: int,
-    workdir: Path,
 ) -> dict[str, Any]:
     """Run one point of load; its figures, or ``{"failed": why}`` with zero throughput."""
-    json_out = workdir / f"point-{time.monotonic_ns()}.json"
-    command = bench_command(url, model, concurrency, settings, json_out)
+    config = BenchConfig(
+        url=url,
+        model=model,
+        levels=(float(concurrency),),
+        duration_s=settings.duration_s,
+        warmup_s=settings.warmup_s,
+        timeout_s=settings.timeout_s,
+        progress="none",
+    )
     cpu, busy = process_tree_cpu_seconds(server_pid), busy_cpu_seconds()
     wall = time.monotonic()
     try:
-        done = subprocess.run(
-            command,
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=settings.duration_s + settings.warmup_s + settings.timeout_s + 120,
-        )
-    except subprocess.TimeoutExpired:
-        return _failed("zeroserve bench did not finish in time", command)
+        [level] = run_bench(config).levels
+    except BenchError as exc:
+        command = bench_command(url, model, concurrency, settings, Path("<out.json>"))
+        return _failed(str(exc)[-500:], command)
     wall = time.monotonic() - wall
     cpu, busy = process_tree_cpu_seconds(server_pid) - cpu, busy_cpu_seconds() - busy
-    if done.returncode == 2 or not json_out.is_file():
-        return _failed((done.stderr or done.stdout).strip()[-500:], command)
-    level = json.loads(json_out.read_text(encoding="utf-8"))["levels"][0]
-    json_out.unlink()
     loaded_s = settings.duration_s + settings.warmup_s
-    client_cores = float(level["client_cpu_cores"] or 0.0)
-    latency = level["latency"]
+    latency = level.latency
     return _record(
-        throughput=float(level["throughput"]),
-        latency_ms=(latency["p50_ms"], latency["p90_ms"], latency["p99_ms"]),
-        ok=level["ok"],
-        errors=level["errors"],
-        error_count=level["error_count"],
-        error_samples=level["error_samples"],
+        throughput=level.throughput,
+        latency_ms=(latency.p50_ms, latency.p90_ms, latency.p99_ms),
+        ok=level.ok,
+        errors=level.errors,
+        error_count=level.error_count,
+        error_samples=level.error_samples,
         server_cores=cpu / loaded_s,
-        client_cores=client_cores,
-        # The rest of the machine over the whole subprocess (its start included): noise.
-        other_cores=max(busy - cpu - client_cores * loaded_s, 0.0) / wall,
+        client_cores=level.client_cpu_cores,
+        # The rest of the machine over the whole point (its set-up included): noise.
+        other_cores=max(busy - cpu - level.client_cpu_cores * loaded_s, 0.0) / wall,
     )
 
 
@@ -144,7 +140,7 @@ def wrk_point(
         ok=result.requests,
         errors={kind: count for kind, count in result.errors.items() if count},
         error_count=result.error_count,
-        error_samples=[],
+        error_samples={},
         server_cores=cpu / wall,
         client_cores=result.client_cpu_cores,
         other_cores=max(busy - cpu - result.client_cpu_cores * wall, 0.0) / wall,
@@ -163,7 +159,7 @@ def _record(
     ok: int,
     errors: dict[str, int],
     error_count: int,
-    error_samples: list[Any],
+    error_samples: dict[str, str],
     server_cores: float,
     client_cores: float,
     other_cores: float,

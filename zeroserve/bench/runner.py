@@ -5,26 +5,21 @@ metadata (and configuration, where the server serves Triton's ``/config``) gives
 the request bytes are built, and one request is sent and its answer checked, so that a wrong
 model name or input fails at once with the server's own message instead of as a table of
 errors. Then each level runs on one event loop (uvloop when installed) with the garbage
-collector paused.
+collector paused (:mod:`zeroserve.bench.level`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import gc
 import json
 import logging
 import os
 import platform
-import resource
 import sys
-import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,6 +27,7 @@ from zeroserve.bench import inputs as inputs_module, report
 from zeroserve.bench.args import BenchConfig, config_from_args
 from zeroserve.bench.client import Endpoint, EndpointError, fetch
 from zeroserve.bench.closed_loop import ClosedLoop, LoadPlan
+from zeroserve.bench.level import measure, run_on_event_loop
 from zeroserve.bench.open_loop import OpenLoop
 from zeroserve.bench.payload import (
     Body,
@@ -103,7 +99,7 @@ def run_bench(
             if on_level is not None:
                 on_level(result)
 
-    run.client["event_loop"] = _run_loop(levels)
+    _, run.client["event_loop"] = run_on_event_loop(levels)
     return run
 
 
@@ -118,21 +114,11 @@ async def _run_level(
     else:
         loop = ClosedLoop(plan, int(level))
     redraw = asyncio.create_task(_redraw(progress, loop), name="bench-progress")
-    gc.collect()
-    # A collection pause inside the window would show up as server latency.
-    gc.disable()
-    before = resource.getrusage(resource.RUSAGE_SELF)
-    wall = time.perf_counter()
     try:
-        result = await loop.run()
+        return await measure(loop)
     finally:
-        gc.enable()
         redraw.cancel()
         await asyncio.gather(redraw, return_exceptions=True)
-    wall = time.perf_counter() - wall
-    after = resource.getrusage(resource.RUSAGE_SELF)
-    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return dataclasses.replace(result, client_cpu_cores=cpu_s / wall if wall > 0 else 0.0)
 
 
 async def _redraw(progress: Progress, loop: ClosedLoop | OpenLoop) -> None:
@@ -141,17 +127,6 @@ async def _redraw(progress: Progress, loop: ClosedLoop | OpenLoop) -> None:
     while True:
         await asyncio.sleep(REDRAW_S)
         progress.redraw(loop)
-
-
-def _run_loop(main: Callable[[], Coroutine[Any, Any, None]]) -> str:
-    """Run ``main`` on uvloop where installed; returns which loop ran it."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main())
-        return f"asyncio ({platform.python_implementation()} {platform.python_version()})"
-    uvloop.run(main())
-    return f"uvloop {importlib_metadata.version('uvloop')} (Python {platform.python_version()})"
 
 
 def _client_description() -> dict[str, Any]:

@@ -99,10 +99,16 @@ def test_public_names():
         "BenchConfig",
         "BenchError",
         "BenchRun",
+        "Body",
+        "Endpoint",
         "LatencySummary",
         "LevelResult",
+        "LoadPlan",
         "add_bench_parser",
+        "http_request",
         "run_bench",
+        "run_closed",
+        "run_open",
     }
     for name in bench.__all__:
         assert getattr(bench, name) is not None
