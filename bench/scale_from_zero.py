@@ -291,6 +291,13 @@ def _to_zero(platform: PlatformProcess, *, warm_workers: int) -> None:
         return listed
 
     workers()
+    # The activator reports its traffic once a second: until its report of the last request
+    # done has come, an unload leaves the model with a request seemingly in flight and no
+    # replica, which the autoscaler's scale-from-zero path loads back at once.
+    platform.wait_until(
+        lambda: platform.model(DEMO_MODEL)["status"]["in_flight"] == 0,
+        f"the activator to report {DEMO_MODEL}'s last request done",
+    )
     platform.unload(DEMO_MODEL)
 
     def at_zero() -> bool:
