@@ -6,13 +6,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 CachedOutputs = Mapping[str, np.ndarray]
-"""A cached answer: the model's outputs by name, read-only arrays no one else holds."""
+"""A cached answer: the model's outputs by name, read-only arrays no one else changes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +36,12 @@ class CacheSnapshot:
         return self.used_bytes / self.capacity_bytes
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    outputs: CachedOutputs
-    size_bytes: int
-    owner: Hashable
+_Entry = tuple[tuple[tuple[str, np.ndarray], ...], int, bytes]
+"""An answer as (name, array) pairs, the bytes it counts and its owner: tuples of values
+the garbage collector does not track (a dict or a class instance inside would keep it
+tracked), which it stops tracking after its first pass over them. A cache of many entries
+then adds nothing to the walk of every full collection, which runs on the request path of
+the whole server."""
 
 
 class ResponseCache:
@@ -76,9 +77,9 @@ class ResponseCache:
                 self._hits += 1
             self._lookups += 1
             self._lookup_ns += time.monotonic_ns() - started
-        return None if entry is None else entry.outputs
+        return None if entry is None else dict(entry[0])
 
-    def put(self, key: bytes, outputs: CachedOutputs, *, size_bytes: int, owner: Hashable) -> bool:
+    def put(self, key: bytes, outputs: CachedOutputs, *, size_bytes: int, owner: bytes) -> bool:
         """Store ``outputs`` (``size_bytes`` as :func:`entry_size` counts them) under ``key``,
         evicting the least recently used entries to make room; ``owner`` names who may
         :meth:`discard` it. False, and nothing stored, when the entry alone is larger than
@@ -93,21 +94,21 @@ class ResponseCache:
             else:
                 while self._used_bytes + size_bytes > self.capacity_bytes:
                     _, evicted = self._entries.popitem(last=False)
-                    self._used_bytes -= evicted.size_bytes
+                    self._used_bytes -= evicted[1]
                     self._evictions += 1
-                self._entries[key] = _Entry(outputs, size_bytes, owner)
+                self._entries[key] = (tuple(outputs.items()), size_bytes, owner)
                 self._used_bytes += size_bytes
                 stored = True
             self._insertion_ns += time.monotonic_ns() - started
         return stored
 
-    def discard(self, owner: Hashable) -> int:
+    def discard(self, owner: bytes) -> int:
         """Drop every entry ``owner`` stored (its model version is unloaded: none of them
         can be asked for again); returns how many. Not counted as evictions."""
         with self._lock:
-            keys = [key for key, entry in self._entries.items() if entry.owner == owner]
+            keys = [key for key, entry in self._entries.items() if entry[2] == owner]
             for key in keys:
-                self._used_bytes -= self._entries.pop(key).size_bytes
+                self._used_bytes -= self._entries.pop(key)[1]
         return len(keys)
 
     def snapshot(self) -> CacheSnapshot:

@@ -77,7 +77,7 @@ class ModelResponseCache:
             pass  # a request that finished as its version was unloaded: no one can ask again
         elif size <= self._cache.capacity_bytes:
             outputs = {name: _frozen_copy(array) for name, array in produced.items()}
-            stored = self._cache.put(lookup.key, outputs, size_bytes=size, owner=self)
+            stored = self._cache.put(lookup.key, outputs, size_bytes=size, owner=self._identity)
         elif not self._has_warned:
             self._has_warned = True
             logger.warning(
@@ -95,7 +95,7 @@ class ModelResponseCache:
         """Drop this version's entries and store no more (it is unloaded); returns how
         many were dropped."""
         self._is_cleared = True
-        return self._cache.discard(self)
+        return self._cache.discard(self._identity)
 
 
 def _frozen_copy(array: np.ndarray) -> np.ndarray:

@@ -3,6 +3,7 @@ entry larger than the bound is never stored, counters as Triton's gauges report 
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
@@ -19,7 +20,7 @@ def _outputs(value: float, count: int = 25) -> dict[str, np.ndarray]:
 
 
 def _put(cache: ResponseCache, key: bytes, outputs: dict[str, np.ndarray]) -> bool:
-    return cache.put(key, outputs, size_bytes=entry_size(key, outputs), owner="m")
+    return cache.put(key, outputs, size_bytes=entry_size(key, outputs), owner=b"m")
 
 
 def test_entry_size_counts_tensor_bytes_names_and_key() -> None:
@@ -34,7 +35,8 @@ def test_a_stored_answer_is_found_and_others_miss() -> None:
     outputs = _outputs(1.0)
     assert cache.get(b"a") is None
     assert _put(cache, b"a", outputs)
-    assert cache.get(b"a") is outputs
+    found = cache.get(b"a")
+    assert found is not None and found["OUTPUT0"] is outputs["OUTPUT0"]
     assert cache.get(b"b") is None
     snapshot = cache.snapshot()
     assert (snapshot.lookups, snapshot.hits, snapshot.misses, snapshot.entries) == (3, 1, 2, 1)
@@ -83,21 +85,42 @@ def test_the_first_answer_under_a_key_stays() -> None:
     first, second = _outputs(1.0), _outputs(2.0)
     assert _put(cache, b"a", first)
     assert not _put(cache, b"a", second)
-    assert cache.get(b"a") is first
+    found = cache.get(b"a")
+    assert found is not None and found["OUTPUT0"] is first["OUTPUT0"]
     assert cache.snapshot().used_bytes == entry_size(b"a", first)
 
 
 def test_discard_drops_only_the_owners_entries() -> None:
     cache = ResponseCache(10_000)
     outputs = _outputs(0.0)
-    cache.put(b"a", outputs, size_bytes=100, owner="one")
-    cache.put(b"b", outputs, size_bytes=100, owner="two")
-    cache.put(b"c", outputs, size_bytes=100, owner="one")
-    assert cache.discard("one") == 2
+    cache.put(b"a", outputs, size_bytes=100, owner=b"one")
+    cache.put(b"b", outputs, size_bytes=100, owner=b"two")
+    cache.put(b"c", outputs, size_bytes=100, owner=b"one")
+    assert cache.discard(b"one") == 2
     assert cache.get(b"a") is None and cache.get(b"c") is None
-    assert cache.get(b"b") is outputs
+    found = cache.get(b"b")
+    assert found is not None and found["OUTPUT0"] is outputs["OUTPUT0"]
     snapshot = cache.snapshot()
     assert (snapshot.entries, snapshot.used_bytes, snapshot.evictions) == (1, 100, 0)
+
+
+def test_entries_are_not_left_for_the_garbage_collector_to_walk() -> None:
+    """Every full collection walks what the collector tracks, on the request path: many
+    cached answers must not add to it."""
+    cache = ResponseCache(10_000_000)
+    gc.collect()
+    gc.collect()
+    before = len(gc.get_objects())
+    for index in range(2000):
+        outputs = _outputs(float(index))
+        cache.put(
+            index.to_bytes(4, "little"), outputs, size_bytes=entry_size(b"k", outputs), owner=b"m"
+        )
+    gc.collect()
+    gc.collect()
+    assert cache.snapshot().entries == 2000
+    # One tracked object an entry would add 2000; what else the run allocates, a few dozen.
+    assert len(gc.get_objects()) - before < 500
 
 
 @pytest.mark.parametrize("size", [0, -1])
@@ -117,9 +140,9 @@ def test_threads_sharing_the_cache_keep_it_bounded_and_consistent() -> None:
             for step in range(400):
                 key = f"k-{thread:03d}-{step % 50:03d}".encode()
                 if cache.get(key) is None:
-                    cache.put(key, outputs, size_bytes=size, owner=thread)
+                    cache.put(key, outputs, size_bytes=size, owner=bytes([thread]))
                 if step % 97 == 0:
-                    cache.discard(thread)
+                    cache.discard(bytes([thread]))
         except BaseException as exc:
             errors.append(exc)
 
