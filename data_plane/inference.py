@@ -161,6 +161,12 @@ async def _infer_ensemble(
     steps = ComputeTimes()
     try:
         batch, rows = _prepare_inputs(model, request)
+        for requested in request.outputs or ():
+            if requested.name not in model.outputs:
+                # Checked before any step runs; Triton's text has no request id here.
+                raise InvalidArgumentError(
+                    f"unexpected inference output '{requested.name}' for model '{model.name}'"
+                )
         reshape = model.reshape
         if reshape is not None:
             batch = reshape.to_model(batch)

@@ -393,6 +393,10 @@ def to_json(config: ModelConfig) -> dict[str, Any]:
     )
     for path in _INT64_PATHS:
         _ints_at(doc, path)
+    scheduling = doc.get("ensemble_scheduling")
+    if scheduling is not None and not scheduling.get("max_inflight_requests"):
+        # Newer than Triton 2.51's schema, whose configs print no such key: shown when set.
+        scheduling.pop("max_inflight_requests", None)
     return doc
 
 

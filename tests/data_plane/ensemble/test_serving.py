@@ -312,6 +312,8 @@ async def test_the_config_of_an_ensemble_as_triton_prints_it(repo, tmp_path):
             "add_sub",
         ]
         assert config["ensemble_scheduling"]["step"][0]["model_version"] == -1
+        # A field of later Triton versions, which 2.51 does not print.
+        assert "max_inflight_requests" not in config["ensemble_scheduling"]
 
 
 def _bad(repo: Path, name: str, steps, inputs=None, outputs=None) -> None:
