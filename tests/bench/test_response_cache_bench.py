@@ -1,0 +1,31 @@
+"""``bench/response_cache.py --quick`` runs end to end against the server it starts (what CI
+runs of it, so that it does not rot): it checked its answers, the server counted the hits
+and misses it sent, and it printed its table. Nothing is saved; no speed is checked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_run_finishes_and_reports(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "response_cache.py"), "--quick", "--no-save"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "hit: answer checked against ONNX Runtime" in output, output[-4000:]
+    assert "hits and" in output and "misses, as sent" in output, output[-4000:]
+    assert "hit / miss at p50" in output, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
