@@ -136,7 +136,7 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             seen = {}
-            for name in ("START", "END", "READY", "CORRID"):
+            for name in ("START", "END", "READY", "CORRID", "ACC"):
                 tensor = pb_utils.get_input_tensor_by_name(request, name)
                 seen[name] = None if tensor is None else tensor.as_numpy().tolist()
             x = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()
@@ -195,8 +195,10 @@ def write_python_accumulator(
     max_batch_size: int = 2,
     idle_us: int = 0,
     with_info: bool = True,
+    extra: str = "",
 ) -> Path:
-    """A Python accumulator (``source``) with the four controls."""
+    """A Python accumulator (``source``) with the four controls (and ``extra`` in its
+    ``sequence_batching``)."""
     outputs: tuple[tuple[str, int], ...] = (("OUTPUT", mc.TYPE_INT32),)
     if with_info:
         outputs += (("INFO", mc.TYPE_STRING),)
@@ -206,6 +208,7 @@ def write_python_accumulator(
         strategy=strategy,
         max_batch_size=max_batch_size,
         idle_us=idle_us,
+        extra=extra,
         outputs=outputs,
     )
     model_dir = repo / name
