@@ -279,6 +279,32 @@ async def test_metrics_and_statistics_over_http_and_grpc(repo: Path, tmp_path: P
         assert stats.success.count == 4
 
 
+async def test_a_grpc_request_is_answered_from_the_cache_too(repo: Path, tmp_path: Path) -> None:
+    async with cached_data_plane(
+        repo, tmp_path / "cache", response_cache_bytes=1 << 20, load_models=("cached",)
+    ) as plane:
+        infer_call = plane.grpc_channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer",
+            request_serializer=pb.ModelInferRequest.SerializeToString,
+            response_deserializer=pb.ModelInferResponse.FromString,
+        )
+        request = pb.ModelInferRequest(model_name="cached")
+        request.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 2])
+        request.raw_input_contents.append(np.array([7.0, 8.0], np.float32).tobytes())
+
+        async def calls() -> list[float]:
+            response = await infer_call(request, timeout=WAIT_S)
+            index = [o.name for o in response.outputs].index("CALLS")
+            return np.frombuffer(response.raw_output_contents[index], np.float32).tolist()
+
+        assert await calls() == [1.0, 1.0]
+        assert await calls() == [1.0, 1.0]
+        # HTTP and gRPC requests with the same inputs share the answer.
+        assert (await _infer(plane, "cached", _body([7.0, 8.0])))["CALLS"] == [1.0, 1.0]
+        inference = (await _inference_stats(plane, "cached"))["inference_stats"]
+        assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (2, 1)
+
+
 async def test_without_a_server_cache_the_model_serves_uncached(repo: Path, tmp_path: Path) -> None:
     async with cached_data_plane(
         repo, tmp_path / "cache", response_cache_bytes=0, load_models=("cached",)
