@@ -295,7 +295,8 @@ async def test_a_grpc_request_is_answered_from_the_cache_too(repo: Path, tmp_pat
         async def calls() -> list[float]:
             response = await infer_call(request, timeout=WAIT_S)
             index = [o.name for o in response.outputs].index("CALLS")
-            return np.frombuffer(response.raw_output_contents[index], np.float32).tolist()
+            values = np.frombuffer(response.raw_output_contents[index], np.float32)
+            return [float(v) for v in values]
 
         assert await calls() == [1.0, 1.0]
         assert await calls() == [1.0, 1.0]
