@@ -32,6 +32,7 @@ from activator.placements import (
     ReplicaTable,
 )
 from activator.proxy import Proxy
+from activator.sequences import SequenceBindings
 from activator.settings import ActivatorSettings
 from activator.traffic import Traffic, TrafficSink
 from activator.upstream import UpstreamPool, UpstreamTimeouts
@@ -91,6 +92,8 @@ class CoreParts:
     proxy: Proxy
     """The HTTP hop to the workers."""
     replica_events: ReplicaEvents
+    sequences: SequenceBindings
+    """Which replica each live sequence runs on (the requests of a sequence stick to it)."""
 
 
 class ActivatorCore:
@@ -210,6 +213,9 @@ class ActivatorCore:
             max_idle_connections=settings.upstream_max_keepalive_connections,
             idle_expiry_s=settings.upstream_keepalive_expiry_s,
         )
+        sequences = SequenceBindings(
+            idle_s=settings.sequence_idle_s, max_entries=settings.sequence_max_bindings
+        )
         proxy = Proxy(
             pool,
             table,
@@ -219,6 +225,7 @@ class ActivatorCore:
             read_timeout_s=settings.upstream_read_timeout_s,
             activation_timeout_s=settings.activation_timeout_s,
             retry_after_s=settings.retry_after_s,
+            sequences=sequences,
         )
         watch = ReplicaWatch(
             table,
@@ -255,6 +262,7 @@ class ActivatorCore:
                 traffic=traffic,
                 proxy=proxy,
                 replica_events=events,
+                sequences=sequences,
             )
         finally:
             self.lifecycle.is_stopping = True

@@ -15,6 +15,7 @@
         │   ├── NoGrpcEndpointError   a gRPC call found a replica whose worker serves no gRPC
         │   ├── CatalogUnavailableError  the state store did not answer a model lookup
         │   └── ShuttingDownError     the activator stops and gave up waiting
+        ├── SequenceLostError         the worker a sequence runs on no longer serves its model
         ├── UpstreamError             the worker dropped the request after receiving it
         └── UpstreamTimeoutError      the worker took the request and did not answer in time
 
@@ -155,6 +156,22 @@ class ShuttingDownError(ActivatorUnavailableError):
             f"model '{model}': the activator is shutting down", retry_after_s=retry_after_s
         )
         self.model = model
+
+
+class SequenceLostError(ActivatorError):
+    """A request of a sequence whose worker no longer serves the model (it died, or the
+    model was taken from it): the sequence's state went with it, so no other replica can
+    continue it. Retrying is no use; the client starts the sequence again."""
+
+    def __init__(self, *, model: str, correlation_id: int | str, worker_id: str) -> None:
+        super().__init__(
+            f"sequence {correlation_id} of model '{model}' was running on worker {worker_id}, "
+            "which no longer serves the model: its state is lost; start the sequence again "
+            "(sequence_start)"
+        )
+        self.model = model
+        self.correlation_id = correlation_id
+        self.worker_id = worker_id
 
 
 class UpstreamError(ActivatorError):

@@ -14,6 +14,7 @@ from activator.errors import (
     ClientClosedError,
     ModelNotRegisteredError,
     RequestTooLargeError,
+    SequenceLostError,
     TooManyRequestsError,
     UnroutableRequestError,
     UpstreamError,
@@ -35,6 +36,8 @@ _STATUS: dict[type[BaseException], int] = {
     RequestTooLargeError: 413,
     UnroutableRequestError: 400,
     ModelNotRegisteredError: 404,
+    # Gone: the sequence's state is, and no retry of this request brings it back.
+    SequenceLostError: 410,
     TooManyRequestsError: 429,
     ActivatorUnavailableError: 503,
     UpstreamError: 502,

@@ -1,10 +1,12 @@
-"""Least-outstanding-requests choice among the ready replicas of one model.
+"""Choosing among the ready replicas of one model: least outstanding requests, or, for the
+requests of a sequence, the replica its correlation ID hashes to.
 
 Pure: no I/O, no clock, no randomness. The caller owns the replicas and their counters.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,4 +49,24 @@ def choose(replicas: Sequence[Replica], *, offset: int = 0) -> Replica | None:
         candidate = replicas[(start + step) % count]
         if candidate.in_flight < best.in_flight:
             best = candidate
+    return best
+
+
+def choose_for_key(replicas: Sequence[Replica], key: int | str) -> Replica | None:
+    """The replica ``key`` hashes to (rendezvous hashing over worker ids), or None.
+
+    Every activator computes the same answer from the same replica set, and a replica
+    joining or leaving moves only the keys that hash to it, so requests of one sequence
+    that reach different activators still meet on one replica.
+    """
+    best: Replica | None = None
+    best_score = -1
+    encoded = str(key).encode()
+    for replica in replicas:
+        digest = hashlib.blake2b(
+            replica.worker_id.encode() + b"\0" + encoded, digest_size=8
+        ).digest()
+        score = int.from_bytes(digest, "big")
+        if score > best_score:
+            best, best_score = replica, score
     return best

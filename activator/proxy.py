@@ -1,6 +1,7 @@
 """Forwarding one request to a replica, and streaming the answer back untouched.
 
-:class:`Proxy` picks a replica (least outstanding requests) or, with none ready, waits in
+:class:`Proxy` picks a replica (least outstanding requests; for a request of a sequence,
+the replica its sequence runs on: :mod:`activator.sequences`) or, with none ready, waits in
 the model's buffer; then it sends the request over the upstream pool
 (:mod:`activator.upstream`) and streams the worker's bytes back as they come. Bodies and
 headers pass through byte for byte, minus hop-by-hop headers. A replica that refused the
@@ -24,8 +25,9 @@ from starlette.types import Receive, Scope, Send
 from activator.buffer import Buffer, Grant
 from activator.errors import UpstreamBusyError, UpstreamError, UpstreamTimeoutError
 from activator.http_errors import CLIENT_CLOSED
-from activator.lb import Replica
+from activator.lb import Replica, choose_for_key
 from activator.placements import PlacementView, ReplicaTable
+from activator.sequences import SequenceBindings, SequenceLostError, SequenceTag, sequence_tag
 from activator.traffic import Traffic
 from activator.upstream import (
     UpstreamConnectError,
@@ -78,6 +80,8 @@ class Proxy:
         read_timeout_s: the pool's read timeout, named in 504 answers.
         activation_timeout_s: how long a request may wait in the buffer in all.
         retry_after_s: carried by the 503 for a full connection pool.
+        sequences: where the requests of sequence models stick to their replica (see
+            :mod:`activator.sequences`); None routes them as any other request.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class Proxy:
         read_timeout_s: float,
         activation_timeout_s: float,
         retry_after_s: int,
+        sequences: SequenceBindings | None = None,
     ) -> None:
         self._pool = pool
         self._table = table
@@ -100,6 +105,7 @@ class Proxy:
         self._read_timeout_s = read_timeout_s
         self._activation_timeout_s = activation_timeout_s
         self._retry_after_s = retry_after_s
+        self._sequences = sequences
 
     async def forward(
         self, model: str, scope: Scope, receive: Receive, body: bytes
@@ -134,10 +140,14 @@ class Proxy:
         deadline: float | None = None
         is_retry = False
         loop = asyncio.get_running_loop()
+        tag = self._sequence_tag(scope, body)
         while True:
             grant: Grant | None = None
-            # While the model has a queue, new requests join it rather than overtake it.
-            replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
+            if tag is not None:
+                replica = self._sequence_replica(model, tag)
+            else:
+                # While the model has a queue, new requests join it rather than overtake it.
+                replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
             if replica is None:
                 if deadline is None:
                     deadline = loop.time() + self._activation_timeout_s
@@ -171,6 +181,8 @@ class Proxy:
                 raise
             replica.awaiting_head -= 1
             replica.progress_at = loop.time()
+            if tag is not None:
+                self._sequence_sent(model, tag, replica)
             if grant is not None:
                 waited_s = grant.responded()
                 if waited_s is not None:
@@ -181,6 +193,46 @@ class Proxy:
                 replica.url + target,
                 partial(self._finish, model, replica, grant, upstream),
             )
+
+    def _sequence_tag(self, scope: Scope, body: bytes) -> SequenceTag | None:
+        """The sequence an infer request belongs to, when sequences are routed by ID."""
+        if self._sequences is None or not scope["path"].endswith("/infer"):
+            return None
+        header_length = None
+        for name, value in scope["headers"]:
+            if name == b"inference-header-content-length":
+                header_length = int(value) if value.isdigit() else None
+                break
+        return sequence_tag(body, header_length)
+
+    def _sequence_replica(self, model: str, tag: SequenceTag) -> Replica | None:
+        """The replica a sequence's request goes to: the one it is bound to, else the one
+        its ID hashes to; None when the model has none (the request waits in the buffer).
+
+        Raises SequenceLostError when the sequence is bound to a worker that no longer
+        serves the model and the request does not start the sequence again.
+        """
+        assert self._sequences is not None
+        worker_id = self._sequences.worker_of(model, tag.correlation_id)
+        if worker_id is not None:
+            replica = self._table.get(model, worker_id)
+            if replica is not None:
+                return replica
+            self._sequences.unbind(model, tag.correlation_id)
+            if not tag.is_start:
+                raise SequenceLostError(
+                    model=model, correlation_id=tag.correlation_id, worker_id=worker_id
+                )
+        return choose_for_key(self._table.replicas(model), tag.correlation_id)
+
+    def _sequence_sent(self, model: str, tag: SequenceTag, replica: Replica) -> None:
+        """A sequence's request reached ``replica``: bind the sequence there (or mark the
+        binding used), or forget it at END."""
+        assert self._sequences is not None
+        if tag.is_end:
+            self._sequences.unbind(model, tag.correlation_id)
+        else:
+            self._sequences.bind(model, tag.correlation_id, replica.worker_id)
 
     async def _wait_in_buffer(
         self, model: str, receive: Receive, deadline: float, requeue: bool

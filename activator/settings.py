@@ -50,6 +50,12 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     """``Retry-After`` sent with 429 and 503 answers."""
     max_request_bytes: int = Field(default=64 * 2**20, gt=0)
     """Largest request body the activator holds (it keeps bodies to retry and to buffer)."""
+    sequence_idle_s: float = Field(default=600.0, gt=0)
+    """How long a sequence (a sequence model's correlation ID) stays bound to the replica
+    that took its START after its last request; longer than any model's
+    ``max_sequence_idle_microseconds``, past which the worker ends the sequence anyway."""
+    sequence_max_bindings: int = Field(default=100_000, gt=0)
+    """Sequences bound at once; past it the least recently used binding is dropped."""
 
     upstream_connect_timeout_s: float = Field(default=5.0, gt=0)
     """Opening a connection to a worker; past it the replica counts as gone."""
