@@ -19,6 +19,7 @@ from data_plane.handlers import Handlers
 from data_plane.log_settings import LogControl
 from data_plane.metrics import Metrics
 from data_plane.openai import routes as openai_routes
+from data_plane.poll import open_poller
 from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
 from data_plane.response_cache import ResponseCache
 from data_plane.routes import (
@@ -102,6 +103,7 @@ def build_repository(
             gpu_count=gpu_count,
             batcher_queue_bound=settings.batcher_queue_bound,
             drain_timeout_s=settings.exit_timeout_s,
+            warmup_timeout_s=settings.model_warmup_timeout_s,
         ),
         cache,
         RuntimeFactory.for_server(
@@ -183,6 +185,8 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[ServerState]:
         await load_startup_models(settings, repo)
+        # Poll mode loads what the repository holds here, and follows its changes from now on.
+        poller = await open_poller(settings, repo, repo.root)
         watchdog = asyncio.create_task(
             watch_engines(repo, lifecycle, settings.engine_watchdog_interval_s, on_engine_dead),
             name="engine-watchdog",
@@ -196,6 +200,7 @@ def create_app(
             is_explicit=is_explicit(settings),
             tracing=tracing,
             log_control=log_control,
+            server_id=settings.server_id,
         )
         # For the server's other transports (gRPC), which serve with the same handlers.
         app.state.handlers = handlers
@@ -209,6 +214,8 @@ def create_app(
             )
         finally:
             lifecycle.is_stopping = True
+            if poller is not None:
+                await poller.close()
             watchdog.cancel()
             await asyncio.gather(watchdog, return_exceptions=True)
             try:

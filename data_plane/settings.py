@@ -6,7 +6,7 @@ import enum
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from data_plane.trace.settings import TraceConfig
@@ -15,10 +15,11 @@ from foundation.http import ServerLimits
 
 
 class ModelControlMode(enum.StrEnum):
-    """Triton's model control modes (``poll`` is not offered)."""
+    """Triton's model control modes."""
 
     NONE = "none"
     EXPLICIT = "explicit"
+    POLL = "poll"
 
 
 class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig, GrpcLimits):
@@ -46,7 +47,15 @@ class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig, GrpcLimits):
     max_headers: int = Field(default=128, ge=8)
     """Most header fields in one request, then 431: above the activator's (100), as above."""
     model_control_mode: ModelControlMode = ModelControlMode.NONE
-    """``none`` loads every model at start; ``explicit`` loads only what is asked for."""
+    """``none`` loads every model at start; ``explicit`` loads only what is asked for;
+    ``poll`` loads every model at start and follows the repository's changes."""
+    repository_poll_s: float = Field(default=15.0, gt=0)
+    """Seconds between two scans of the repository in poll mode (Triton's
+    ``--repository-poll-secs``)."""
+    server_id: str = Field(default="zeroserve", min_length=1)
+    """The server's name in its metadata (Triton's ``--id``)."""
+    model_warmup_timeout_s: float = Field(default=600.0, gt=0)
+    """Bound on the ``model_warmup`` runs of one model version, all samples together."""
     load_models: tuple[str, ...] = ()
     """Models to load at start in explicit mode; ``*`` loads all."""
     cache_dir: Path = Field(
@@ -111,3 +120,10 @@ class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig, GrpcLimits):
         if any(not name for name in value):
             raise ValueError("--load-model needs a model name")
         return value
+
+    @model_validator(mode="after")
+    def _poll_needs_a_folder(self) -> DataPlaneSettings:
+        if self.model_control_mode is ModelControlMode.POLL and "://" in self.model_repository:
+            if not self.model_repository.startswith("file://"):
+                raise ValueError("poll mode needs a local model repository (a folder)")
+        return self

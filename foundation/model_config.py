@@ -228,7 +228,9 @@ def _normalize_instance_groups(
     config: ModelConfig, *, gpu_count: int, default_cpu_instances: int
 ) -> None:
     if not config.instance_group:
-        config.instance_group.add()
+        # Triton names the group it adds after the model, and groups it was given
+        # <model>_<index>.
+        config.instance_group.add(name=config.name)
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"

@@ -37,7 +37,14 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         help="port of the gRPC server (default 8001, as Triton's); 0 serves no gRPC",
     )
-    serve.add_argument("--model-control-mode", choices=["none", "explicit"], default="none")
+    serve.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none")
+    serve.add_argument(
+        "--repository-poll-secs",
+        type=float,
+        default=None,
+        help="seconds between two scans of the repository in poll mode (default 15)",
+    )
+    serve.add_argument("--id", default=None, help="the server's name in its metadata")
     serve.add_argument(
         "--load-model",
         action="append",
@@ -97,6 +104,10 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["exit_timeout_s"] = args.exit_timeout_secs
     if args.grpc_port is not None:
         overrides["grpc_port"] = args.grpc_port
+    if args.repository_poll_secs is not None:
+        overrides["repository_poll_s"] = args.repository_poll_secs
+    if args.id is not None:
+        overrides["server_id"] = args.id
     if args.cache_dir is not None:
         overrides["cache_dir"] = args.cache_dir
     try:

@@ -21,7 +21,7 @@ from data_plane.handlers.generate import GenerateHandler
 from data_plane.handlers.infer import InferHandler
 from data_plane.handlers.models import ModelHandlers
 from data_plane.handlers.repository import RepositoryHandlers
-from data_plane.handlers.server import ServerHandlers
+from data_plane.handlers.server import SERVER_NAME, ServerHandlers
 from data_plane.handlers.shared_memory import SharedMemoryHandlers
 from data_plane.handlers.trace import TraceHandler
 from data_plane.log_settings import LogControl
@@ -59,6 +59,7 @@ class Handlers:
         is_explicit: bool,
         tracing: TraceManager | None = None,
         log_control: LogControl | None = None,
+        server_id: str = SERVER_NAME,
     ) -> Handlers:
         """The handlers of a server serving ``repository``; ``is_explicit``: model control
         (load, unload, sleep, wake) is allowed. ``tracing`` and ``log_control`` are the
@@ -68,7 +69,7 @@ class Handlers:
         tracing = tracing or TraceManager(TraceConfig())
         shared_memory = SharedMemoryHandlers(SystemSharedMemory(), CudaSharedMemory())
         return cls(
-            server=ServerHandlers(repository, lifecycle, metrics),
+            server=ServerHandlers(repository, lifecycle, metrics, name=server_id),
             models=ModelHandlers(repository),
             infer=InferHandler(repository, lifecycle, shared_memory, tracing),
             repository=RepositoryHandlers(repository, is_explicit=is_explicit),

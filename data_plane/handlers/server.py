@@ -10,7 +10,7 @@ from data_plane.repository import ModelRepository
 from data_plane.state import Lifecycle
 
 SERVER_NAME = "zeroserve"
-"""The name server metadata gives."""
+"""The name server metadata gives unless the server is given another."""
 
 EXTENSIONS = (
     "classification",
@@ -38,12 +38,21 @@ class ServerMetadata:
 
 
 class ServerHandlers:
-    """Answers about the server as a whole, whatever the transport."""
+    """Answers about the server as a whole, whatever the transport; ``name`` is the one its
+    metadata gives (Triton's ``--id``)."""
 
-    def __init__(self, repository: ModelRepository, lifecycle: Lifecycle, metrics: Metrics):
+    def __init__(
+        self,
+        repository: ModelRepository,
+        lifecycle: Lifecycle,
+        metrics: Metrics,
+        *,
+        name: str = SERVER_NAME,
+    ):
         self._repository = repository
         self._lifecycle = lifecycle
         self._metrics = metrics
+        self._name = name
 
     def live(self) -> bool:
         """Whether the process serves at all: always, while it can answer."""
@@ -55,7 +64,7 @@ class ServerHandlers:
         return not self._lifecycle.is_stopping and self._repository.is_ready()
 
     def metadata(self) -> ServerMetadata:
-        return ServerMetadata(name=SERVER_NAME, version=_version(), extensions=EXTENSIONS)
+        return ServerMetadata(name=self._name, version=_version(), extensions=EXTENSIONS)
 
     def metrics_text(self) -> bytes:
         """Every metric, serving models' included, in Prometheus text format 0.0.4."""

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from starlette.types import Receive, Scope, Send
@@ -27,6 +28,7 @@ def _settings(
     load_models: tuple[str, ...],
     allowed_storage: tuple[str, ...],
     exit_timeout_s: float = 5.0,
+    **overrides: Any,
 ) -> DataPlaneSettings:
     return DataPlaneSettings(
         model_repository=str(repo),
@@ -36,6 +38,7 @@ def _settings(
         allowed_storage=allowed_storage,
         gpu_count=0,
         exit_timeout_s=exit_timeout_s,
+        **overrides,
     )
 
 
@@ -47,11 +50,18 @@ async def data_plane(
     mode: ModelControlMode = ModelControlMode.EXPLICIT,
     load_models: tuple[str, ...] = (),
     allowed_storage: tuple[str, ...] = (),
+    **overrides: Any,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the data plane serving ``repo`` (start-up loads done, as a server would
-    have them before it answers); everything is shut down on exit."""
+    have them before it answers); everything is shut down on exit. ``overrides`` are more
+    settings (``server_id``, ``repository_poll_s``...)."""
     settings = _settings(
-        repo, cache_dir, mode=mode, load_models=load_models, allowed_storage=allowed_storage
+        repo,
+        cache_dir,
+        mode=mode,
+        load_models=load_models,
+        allowed_storage=allowed_storage,
+        **overrides,
     )
     metrics = Metrics()
     cache = build_node_cache(settings, metrics)

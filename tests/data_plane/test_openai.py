@@ -282,7 +282,7 @@ async def test_sleep_refuses_and_wake_gives_the_same_output(server: LlmServer) -
     assert _sample(server, "zeroserve_llm_sleep_transition_seconds_count", transition="wake") == (
         wakes + 2
     )
-    assert unknown.status_code == 400
+    assert unknown.status_code == 404
 
 
 async def test_models_that_cannot_sleep_say_so(server: LlmServer) -> None:

@@ -78,7 +78,7 @@ def test_normalize_fills_triton_defaults():
     assert config.version_policy.latest.num_versions == 1
     assert list(config.dynamic_batching.preferred_batch_size) == [4]
     group = config.instance_group[0]
-    assert (group.name, group.count, group.kind) == ("m_0", 1, ModelInstanceGroup.KIND_CPU)
+    assert (group.name, group.count, group.kind) == ("m", 1, ModelInstanceGroup.KIND_CPU)
 
 
 @pytest.mark.parametrize(

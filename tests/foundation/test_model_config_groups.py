@@ -34,7 +34,7 @@ def _groups(config) -> list[tuple[str, str, int, list[int]]]:
 @pytest.mark.parametrize(
     ("text", "gpu_count", "expected", "total"),
     [
-        pytest.param("", 0, [("m_0", "KIND_CPU", 1, [])], 1, id="default"),
+        pytest.param("", 0, [("m", "KIND_CPU", 1, [])], 1, id="default-named-after-the-model"),
         pytest.param(
             'instance_group [{ count: 2 kind: KIND_CPU }, { count: 3 kind: KIND_CPU name: "g2" }]',
             0,
