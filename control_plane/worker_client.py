@@ -187,6 +187,30 @@ class WorkerClient:
                 model=model, worker=worker.id, reason=f"{action}: {_reason(response)}"
             )
 
+    async def live_sequences(self, worker: WorkerRecord, model: str) -> int:
+        """Sequences of ``model`` running on ``worker`` (``GET .../sequences``); 0 from a
+        worker that does not know the call. Raises ``WorkerCallError`` when it cannot be
+        reached or answers something else."""
+        try:
+            response = await self._http.get(
+                f"{worker.url}/v2/repository/models/{_segment(model)}/sequences"
+            )
+        except httpx.HTTPError as exc:
+            raise WorkerCallError(
+                worker=worker.id, reason=f"sequences call failed: {exc!r}"
+            ) from exc
+        if response.status_code == 404:
+            return 0
+        try:
+            live = response.json().get("live") if response.status_code == 200 else None
+        except (ValueError, AttributeError):
+            live = None
+        if not isinstance(live, int) or isinstance(live, bool) or live < 0:
+            raise WorkerCallError(
+                worker=worker.id, reason=f"sequences of '{model}': {_reason(response)}"
+            )
+        return live
+
     async def is_live(self, url: str) -> bool:
         """One liveness probe of the worker at ``url``."""
         return await probe_live(self._http, url)

@@ -55,7 +55,8 @@ _PLACE_ATTEMPTS = 3
 
 
 class WorkerApi(Protocol):
-    """Loads and unloads on one worker (``control_plane.worker_client.WorkerClient``)."""
+    """Loads and unloads on one worker, and asks it for live sequences
+    (``control_plane.worker_client.WorkerClient``)."""
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport: ...
 
@@ -64,6 +65,8 @@ class WorkerApi(Protocol):
     async def sleep(self, worker: WorkerRecord, model: str) -> None: ...
 
     async def wake(self, worker: WorkerRecord, model: str) -> None: ...
+
+    async def live_sequences(self, worker: WorkerRecord, model: str) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,7 @@ class Placer:
             drain_timeout_s=settings.drain_timeout_s,
             clock=clock,
             wall=wall,
+            sequences=workers,
         )
         self._sleepers = Sleepers(store, workers, self._pool_workers.find, clock=clock)
 

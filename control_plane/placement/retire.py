@@ -9,6 +9,11 @@ in place instead (:meth:`Retirements.revive`).
 A replica of an LLM can be put to sleep the same way instead of unloaded: after the drain the
 worker puts its engine to sleep and the store records the replica as sleeping (activators
 never see those). Waking it, or unloading it later, is ``control_plane.placement.wake``.
+
+A replica whose worker reports live sequences (a sequence model's state, which no other
+replica has) is not taken away for being idle or surplus: that would cut them. It stays
+until they end; the reaper or the autoscaler asks again on its next round. Other reasons
+(the model deleted or replaced, an operator's unload) take it away regardless.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from control_plane.errors import WorkerCallError
 from control_plane.store.base import StateStore
 from foundation.records import ModelRecord, Placement, WorkerRecord
 
-__all__ = ["FindWorker", "ReplicaUnloader", "Retirements"]
+__all__ = ["FindWorker", "LiveSequences", "ReplicaUnloader", "Retirements"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +48,16 @@ class ReplicaUnloader(Protocol):
     async def unload(self, worker: WorkerRecord, model: str) -> None: ...
 
     async def sleep(self, worker: WorkerRecord, model: str) -> None: ...
+
+
+class LiveSequences(Protocol):
+    """How many sequences of a model run on a worker (``WorkerClient.live_sequences``)."""
+
+    async def live_sequences(self, worker: WorkerRecord, model: str) -> int: ...
+
+
+_KEEP_LIVE_SEQUENCES = frozenset({"idle", "scale_down", "sleep"})
+"""The reasons that wait for a replica's live sequences to end."""
 
 
 class _Phase(enum.Enum):
@@ -74,6 +89,8 @@ class Retirements:
         drain_timeout_s: the longest wait for in-flight requests before unloading anyway.
         clock: monotonic seconds (the drain's deadline).
         wall: wall-clock seconds since the epoch (when a replica fell asleep).
+        sequences: asked before a replica is taken away for being idle or surplus; None
+            takes replicas away without asking.
     """
 
     def __init__(
@@ -86,6 +103,7 @@ class Retirements:
         drain_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        sequences: LiveSequences | None = None,
     ) -> None:
         self._store = store
         self._workers = workers
@@ -94,6 +112,7 @@ class Retirements:
         self._drain_timeout_s = drain_timeout_s
         self._clock = clock
         self._wall = wall
+        self._sequences = sequences
         self._retiring: dict[tuple[str, str], _Retirement] = {}
         self._soon: set[asyncio.Task[None]] = set()
 
@@ -172,6 +191,13 @@ class Retirements:
                 None,
             )
             worker = self._find_worker(worker_id)
+            if (
+                placement is not None
+                and worker is not None
+                and reason in _KEEP_LIVE_SEQUENCES
+                and await self._holds_sequences(worker, model)
+            ):
+                return
             retirement = self._retiring.get(key)  # one may have begun during the awaits
             if retirement is None:
                 if placement is None:
@@ -190,6 +216,26 @@ class Retirements:
         # wait(), not shield(): the retirement's own cancellation (a revival) is no error
         # here, while a cancellation of the caller still propagates.
         await asyncio.wait([retirement.task])
+
+    async def _holds_sequences(self, worker: WorkerRecord, model: str) -> bool:
+        """Whether ``worker`` reports live sequences of ``model``; a worker that does not
+        answer holds none that anyone could still reach."""
+        if self._sequences is None:
+            return False
+        try:
+            live = await self._sequences.live_sequences(worker, model)
+        except WorkerCallError as exc:
+            logger.warning("asking %s for live sequences of %s: %s", worker.id, model, exc.message)
+            return False
+        if live:
+            logger.info(
+                "keeping %s on %s: %d live sequences",
+                model,
+                worker.id,
+                live,
+                extra={"model": model, "worker": worker.id},
+            )
+        return live > 0
 
     async def _retire(self, retirement: _Retirement, reason: str) -> None:
         model, worker = retirement.model, retirement.worker

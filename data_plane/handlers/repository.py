@@ -14,8 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from data_plane.errors import InvalidArgumentError, UnavailableError, UnsupportedError
+from data_plane.errors import (
+    InvalidArgumentError,
+    UnavailableError,
+    UnknownModelError,
+    UnsupportedError,
+)
 from data_plane.repository import FetchReport, IndexEntry, ModelRepository
+from data_plane.sequence import SequenceBatcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,3 +138,16 @@ class RepositoryHandlers:
         """Put a sleeping ``name`` back in service (see :meth:`ModelRepository.wake`)."""
         self.check_control(repository_name)
         await self._repository.wake(name)
+
+    def live_sequences(self, name: str) -> int:
+        """Sequences running on the serving versions of ``name`` (started and not yet ended
+        by END or their idle limit, those waiting for a slot included); 0 when it serves
+        none or is no sequence model. What the control plane asks before it takes a replica
+        away for being idle or surplus: that would cut those sequences."""
+        try:
+            versions = self._repository.serving_versions(name)
+        except UnknownModelError:
+            return 0
+        return sum(
+            v.batcher.live_sequences for v in versions if isinstance(v.batcher, SequenceBatcher)
+        )

@@ -8,6 +8,10 @@ in service without reading the weights again. Both answer 200 once done, 501 for
 that cannot sleep, and 404 when nothing of the model is loaded. The control plane's reaper
 sleeps idle LLMs with the first, and an activation wakes them with the second.
 
+``GET /v2/repository/models/{name}/sequences`` (zeroserve's, any mode) answers
+``{"name", "live"}``: how many sequences of a sequence model run on this server (0 for any
+other model, or one not loaded); the control plane asks it before taking a replica away.
+
 A load may carry zeroserve's ``allow_model_code`` parameter (a boolean, default true):
 false refuses a model that is code (a Python-backend ``model.py``, a PyTorch program), which
 the control plane sends unless its operator allows such models.
@@ -111,10 +115,17 @@ async def wake(request: Request) -> Response:
     return Response(status_code=200)
 
 
+async def sequences(request: Request) -> Response:
+    name: str = request.path_params["name"]
+    live = _handler(request).live_sequences(name)
+    return Response(orjson.dumps({"name": name, "live": live}), media_type="application/json")
+
+
 routes = [
     Route("/v2/repository/index", index, methods=["POST"]),
     Route("/v2/repository/models/{name}/sleep", sleep, methods=["POST"]),
     Route("/v2/repository/models/{name}/wake", wake, methods=["POST"]),
+    Route("/v2/repository/models/{name}/sequences", sequences, methods=["GET"]),
     Route("/v2/repository/{repository}/index", index, methods=["POST"]),
     Route("/v2/repository/models/{name}/load", load, methods=["POST"]),
     Route("/v2/repository/models/{name}/unload", unload, methods=["POST"]),

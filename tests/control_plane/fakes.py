@@ -117,6 +117,10 @@ class FakeWorkers:
     """models whose runtime cannot sleep (the worker answers 501)."""
     fail_wakes: set[str] = dataclasses.field(default_factory=set)
     """worker ids whose wakes fail as if the worker died."""
+    live: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    """(worker id, model) -> the sequences the worker reports running."""
+    silent_sequences: set[str] = dataclasses.field(default_factory=set)
+    """worker ids that cannot be asked for live sequences (the call fails)."""
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
         if self.load_gate is not None:
@@ -143,6 +147,11 @@ class FakeWorkers:
         if worker.id in self.fail_wakes:
             raise WorkerCallError(worker=worker.id, reason="connection reset")
         self.events.append(("wake", worker.id, model))
+
+    async def live_sequences(self, worker: WorkerRecord, model: str) -> int:
+        if worker.id in self.silent_sequences:
+            raise WorkerCallError(worker=worker.id, reason="connection reset")
+        return self.live.get((worker.id, model), 0)
 
     def loads(self) -> list[tuple[str, str]]:
         return [(w, m) for kind, w, m in self.events if kind == "load"]

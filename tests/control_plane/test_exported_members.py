@@ -79,7 +79,20 @@ EXPORTS = {
         "traffic_needed",
     },
     "control_plane.placement.placer": {"PlaceResult", "Placer", "WorkerApi"},
-    "control_plane.placement.retire": {"FindWorker", "ReplicaUnloader", "Retirements"},
+    "control_plane.placement.retire": {
+        "FindWorker",
+        "LiveSequences",
+        "ReplicaUnloader",
+        "Retirements",
+    },
+    "control_plane.placement.units": {
+        "UnitWorkers",
+        "composing_names",
+        "is_ensemble",
+        "parts_of",
+        "unit_record",
+        "unit_records",
+    },
     "control_plane.placement.wake": {"SleeperApi", "Sleepers", "Woken"},
     "control_plane.placement.workers": {"PoolWorkers"},
     "control_plane.reaper": {
