@@ -27,7 +27,7 @@ from control_plane.errors import SchemaValidationError
 from data_plane import model_code
 from data_plane.storage.errors import StorageNotAllowedError
 from data_plane.storage.uris import parse_storage_uri
-from foundation import model_config, names
+from foundation import ensemble_config, model_config, names
 
 __all__ = [
     "Activations",
@@ -219,6 +219,21 @@ class ModelCreate(_Strict):
         named = (self.config or {}).get("name")
         if named not in (None, "", self.name):
             raise ValueError(f"config.name '{named}' differs from the model name '{self.name}'")
+        return self
+
+    @model_validator(mode="after")
+    def _ensemble_steps(self) -> Self:
+        # The platform places an ensemble with the models its steps run, so it must know
+        # them without reading the model store.
+        config = self.config or {}
+        if ensemble_config.ENSEMBLE_PLATFORM not in (self.platform, config.get("platform")):
+            return self
+        steps = config.get("ensemble_scheduling", {}).get("step") if config else None
+        if not steps:
+            raise ValueError(
+                "an ensemble is registered with its config, whose ensemble_scheduling steps "
+                "name the models placed with it"
+            )
         return self
 
 

@@ -40,6 +40,7 @@ from control_plane.placement.choose import (
     traffic_needed,
 )
 from control_plane.placement.retire import Retirements
+from control_plane.placement.units import UnitWorkers, parts_of, unit_record, unit_records
 from control_plane.placement.wake import Sleepers
 from control_plane.placement.workers import PoolWorkers
 from control_plane.settings import ControlPlaneSettings
@@ -122,9 +123,11 @@ class Placer:
         self._wall = wall
         self._lock = asyncio.Lock()
         self._pool_workers = PoolWorkers(store, backend, pool)
+        # Ensembles are placed with their parts; retiring one unloads them with it.
+        self._unit_workers = UnitWorkers(workers, store)
         self._retirements = Retirements(
             store,
-            workers,
+            self._unit_workers,
             self._pool_workers.find,
             propagation_s=settings.placement_propagation_s,
             drain_timeout_s=settings.drain_timeout_s,
@@ -180,7 +183,7 @@ class Placer:
             ready_at = self._clock()
             # A load of a model asleep on the worker wakes it there: it is not asleep after.
             await self._store.remove_sleeping(model.name, worker.id)
-            report = await self._workers.load(worker, model)
+            report = await self._load_unit(worker, model)
             loaded_at = self._clock()
             if self._pool_workers.find(worker.id) is None:
                 raise WorkerCallError(
@@ -210,15 +213,36 @@ class Placer:
             evicted=evicted,
         )
 
+    async def _load_unit(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
+        """Load ``model`` on ``worker``, an ensemble's parts first (deepest first); when any
+        load fails, the parts the worker does not otherwise need are unloaded again."""
+        models = {m.name: m for m in await self._store.list_models()}
+        parts = parts_of(model, models)
+        if not parts:
+            return await self._workers.load(worker, model)
+        try:
+            for part in parts:
+                await self._workers.load(worker, part)
+            return await self._workers.load(worker, model)
+        except Exception:
+            for part in reversed(parts):
+                try:
+                    await self._unit_workers.unload(worker, part.name)
+                except WorkerCallError as exc:
+                    logger.warning("unloading %s after a failed load: %s", part.name, exc)
+            raise
+
     async def _claim_room(self, model: ModelRecord) -> tuple[WorkerRecord, Decision]:
-        """Choose a worker for ``model`` and reserve room there, under the lock; when the
-        choice is a new worker, return once it has started (with the room reserved)."""
-        need = model.resources.memory_bytes
+        """Choose a worker for ``model`` (with its parts, for an ensemble) and reserve room
+        there, under the lock; when the choice is a new worker, return once it has started
+        (with the room reserved)."""
         while True:
             start: asyncio.Task[WorkerRecord] | None = None
             waiting: set[asyncio.Task[WorkerRecord]] = set()
             async with self._lock:
-                decision = choose(await self._view(model), model)
+                view, unit = await self._view(model)
+                need = unit.resources.memory_bytes
+                decision = choose(view, unit)
                 match decision:
                     case NoCapacity(reason=reason):
                         raise NoCapacityError(model=model.name, reason=reason)
@@ -251,13 +275,18 @@ class Placer:
             task = self._pool_workers.start()
         return await asyncio.shield(task)
 
-    async def _view(self, model: ModelRecord) -> PoolView:
-        """The pool as ``choose`` needs it to place ``model``: every store read comes first,
-        then the backend's workers and our bookkeeping, taken together with no await between
-        them, then the traffic of the replicas it may evict."""
+    async def _view(self, model: ModelRecord) -> tuple[PoolView, ModelRecord]:
+        """The pool as ``choose`` needs it to place ``model``, and ``model`` as it is placed
+        (an ensemble with its parts' memory): every store read comes first, then the
+        backend's workers and our bookkeeping, taken together with no await between them,
+        then the traffic of the replicas it may evict. Raises NoCapacityError for an
+        ensemble whose parts are not all registered."""
         placements = tuple(await self._store.list_placements())
         sleeping = tuple(await self._store.list_sleeping())
-        models = {m.name: m for m in await self._store.list_models()}
+        registered = {m.name: m for m in await self._store.list_models()}
+        unit = unit_record(model, registered)
+        # A placed ensemble holds its parts' room too.
+        models = unit_records(registered)
         view = PoolView(
             pool=self._pool,
             workers=self._pool_workers.listed(),
@@ -272,9 +301,9 @@ class Placer:
             warm=self._pool_workers.warm(),
             max_models_per_worker=self._settings.max_models_per_worker,
         )
-        wanted = traffic_needed(view, model)
+        wanted = traffic_needed(view, unit)
         if not wanted:
-            return view
+            return view, unit
         traffic: dict[str, Traffic] = {}
         for name in sorted(wanted):
             reports = await self._store.traffic(name)
@@ -282,7 +311,7 @@ class Placer:
                 in_flight=sum(r.in_flight for r in reports),
                 last_request_at=max((r.last_request_at for r in reports), default=0.0),
             )
-        return dataclasses.replace(view, traffic=traffic)
+        return dataclasses.replace(view, traffic=traffic), unit
 
     async def reload(self, model: ModelRecord) -> None:
         """Load ``model``'s current generation in place on every worker that serves an older
@@ -293,7 +322,7 @@ class Placer:
             worker = self._pool_workers.find(placement.worker_id)
             if worker is None:
                 continue
-            await self._workers.load(worker, model)
+            await self._load_unit(worker, model)
             await self._store.add_placement(
                 dataclasses.replace(placement, generation=model.generation, since=self._wall())
             )
