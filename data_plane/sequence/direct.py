@@ -24,16 +24,18 @@ from dataclasses import dataclass
 
 from data_plane.batcher import BatchedResult
 from data_plane.errors import InternalError, ServerStoppingError, ZeroserveError
-from data_plane.sequence.controls import ControlTensors
+from data_plane.sequence.controls import ControlTensors, Row
 from data_plane.sequence.errors import SequenceCancelledError
 from data_plane.sequence.execution import BatchRow, Engine, filler_inputs
 from data_plane.sequence.policy import SequencePolicy
-from data_plane.sequence.queued import SequenceRequest, fail, model_inputs, resolve, state_of
+from data_plane.sequence.queued import SequenceRequest, current_state, fail, resolve, state_of
 from data_plane.sequence.state import StateSpec, initial_inputs
 from data_plane.sequence.table import START, Run, SequenceTable
 from runtimes.model_request import RequestContext, RequestOutcome
 
 logger = logging.getLogger(__name__)
+
+_NO_CONTEXT = RequestContext()
 
 
 class DirectLane:
@@ -172,10 +174,11 @@ class DirectLane:
     def _form(self, last_slot: int) -> list[_Row]:
         """Rows for slots 0..``last_slot``: each slot's next request, or a filler."""
         specs = self._policy.states
+        takes_requests = self._engine.takes_requests
         rows: list[_Row] = []
         example: SequenceRequest | None = None
         shapes: dict[str, tuple[int, ...]] | None = None
-        check_shapes = not self._engine.takes_requests and self._policy.max_batch_size > 0
+        check_shapes = not takes_requests and self._policy.max_batch_size > 0
         for run in self._runs[: last_slot + 1]:
             request = run.queue[0] if run is not None and run.queue else None
             if request is None or run is None:
@@ -191,19 +194,28 @@ class DirectLane:
             run.queue.popleft()
             run.is_running = True
             example = example or request
-            inputs = model_inputs(request, run, self._controls, specs)
-            rows.append(_Row(request, run, BatchRow(inputs, request.model_context())))
+            inputs = dict(request.inputs)
+            if specs:
+                inputs.update(current_state(request, run, specs))
+            context = request.model_context() if takes_requests else _NO_CONTEXT
+            rows.append(_Row(request, run, BatchRow(inputs, context)))
         if example is None:
             raise RuntimeError("a direct batch was formed without a request")
         self._on_dequeue(sum(1 for row in rows if row.request is not None))
         filler = filler_inputs(example.inputs)
-        filler.update(self._controls.for_rows([None]))
         filler.update(initial_inputs(specs))
-        context = RequestContext(requested_outputs=example.model_context().requested_outputs)
+        context = _NO_CONTEXT
+        if takes_requests:
+            context = RequestContext(requested_outputs=example.model_context().requested_outputs)
         filler_row = BatchRow(filler, context)
         for row in rows:
             if row.batch_row is None:
                 row.batch_row = filler_row
+        # The control tensors of the whole batch at once, one row per slot.
+        controls = self._controls.for_rows([_control_row(row.request) for row in rows])
+        for row in rows:
+            assert row.batch_row is not None
+            row.batch_row.controls = controls
         return rows
 
     async def _execute(self, rows: list[_Row]) -> None:
@@ -271,6 +283,10 @@ class DirectLane:
                 self._on_execution(len(rows), compute_ns)
             except Exception:
                 logger.exception("on_execution callback failed")
+
+
+def _control_row(request: SequenceRequest | None) -> Row:
+    return None if request is None else (request.flags, request.correlation_id)
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,11 +23,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class BatchRow:
-    """One row of a direct batch: every input the model takes (the client's, the control
-    tensors and the state), one row each, and what the model learns of the request."""
+    """One row of a direct batch: its inputs (the client's and the state, one row each),
+    what the model learns of the request, and the batch's control tensors (one row per
+    batch row, shared by the rows: this row's is the one at its position)."""
 
     inputs: Mapping[str, np.ndarray]
     context: RequestContext
+    controls: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 class Engine:
@@ -63,9 +65,16 @@ class Engine:
         Raises ZeroserveError when the whole execution failed (an engine's exception
         becomes InternalError, as in the dynamic batcher); cancellation passes through.
         """
+        controls = rows[0].controls if rows else {}
         try:
             if self._execute_requests is not None:
-                requests = [ModelRequest(row.inputs, row.context) for row in rows]
+                requests = [
+                    ModelRequest(
+                        {**row.inputs, **{k: v[i : i + 1] for k, v in controls.items()}},
+                        row.context,
+                    )
+                    for i, row in enumerate(rows)
+                ]
                 outcomes = await self._execute_requests(requests)
                 if len(outcomes) != len(rows):
                     raise InternalError(
@@ -73,10 +82,11 @@ class Engine:
                     )
                 return outcomes
             if len(rows) == 1:
-                return [await self._execute(rows[0].inputs)]
+                return [await self._execute({**rows[0].inputs, **controls})]
             merged = {
                 name: np.concatenate([row.inputs[name] for row in rows]) for name in rows[0].inputs
             }
+            merged.update(controls)
             outputs = await self._execute(merged)
             return _split(outputs, len(rows))
         except (ZeroserveError, asyncio.CancelledError):

@@ -81,6 +81,16 @@ def state_of(run: Run[SequenceRequest], specs: tuple[StateSpec, ...]) -> Sequenc
     return run.state
 
 
+def current_state(
+    request: SequenceRequest, run: Run[SequenceRequest], specs: tuple[StateSpec, ...]
+) -> dict[str, np.ndarray]:
+    """The sequence's state inputs for ``request`` (reset first when it has START)."""
+    state = state_of(run, specs)
+    if request.flags & START:
+        state.reset()
+    return state.values
+
+
 def model_inputs(
     request: SequenceRequest,
     run: Run[SequenceRequest],
@@ -92,8 +102,5 @@ def model_inputs(
     inputs = dict(request.inputs)
     inputs.update(controls.for_rows([(request.flags, request.correlation_id)]))
     if specs:
-        state = state_of(run, specs)
-        if request.flags & START:
-            state.reset()
-        inputs.update(state.values)
+        inputs.update(current_state(request, run, specs))
     return inputs

@@ -102,9 +102,9 @@ async def test_the_model_sees_its_controls(client: httpx.AsyncClient) -> None:
     # A string ID in a UINT64 CORRID: its length then its bytes, as Triton writes it.
     corrid = int.from_bytes(b"\x03\x00\x00\x00abc\x00", "little")
     assert seen == [
-        {"CORRID": [[corrid]], "END": [[0.0]], "READY": [[True]], "START": [[1]],
+        {"ACC": None, "CORRID": [[corrid]], "END": [[0.0]], "READY": [[True]], "START": [[1]],
          "corr": "abc", "flags": 1},
-        {"CORRID": [[corrid]], "END": [[1.0]], "READY": [[True]], "START": [[0]],
+        {"ACC": None, "CORRID": [[corrid]], "END": [[1.0]], "READY": [[True]], "START": [[0]],
          "corr": "abc", "flags": 2},
     ]  # fmt: skip
     echoed = await infer(client, "onnx_direct", 1, sequence_id=2**64 - 1, sequence_start=True)
