@@ -11,6 +11,11 @@ from typing import Final, Literal
 CLOSED: Final = "concurrency"
 OPEN: Final = "rate"
 Mode = Literal["concurrency", "rate"]
+Transport = Literal["http", "grpc"]
+SharedMemory = Literal["none", "system"]
+DEFAULT_OUTPUT_SHM_BYTES: Final = 100 * 1024
+"""perf_analyzer's ``--output-shared-memory-size`` default: the room for an output whose
+size the metadata does not fix (BYTES, or variable dimensions)."""
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|min)?\s*$")
 _UNIT_S: Final = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, None: 1.0}
@@ -61,8 +66,20 @@ class BenchConfig:
     """Everything one ``zeroserve bench`` run needs; built from the command line or by code."""
 
     url: str
-    """The server's base URL, ``http://host:port`` (a path prefix is kept)."""
+    """The server's base URL, ``http://host:port`` (a path prefix is kept); with
+    ``protocol="grpc"``, its gRPC address, ``host:port`` or ``grpc://host:port``."""
     model: str
+    protocol: Transport = "http"
+    """``http`` (KServe V2 over HTTP/1.1) or ``grpc`` (Triton's GRPCInferenceService)."""
+    shared_memory: SharedMemory = "none"
+    """``system``: inputs and outputs travel in POSIX shared-memory regions the run
+    registers with the server (which must run on this machine) and unregisters at the end."""
+    output_shm_bytes: int = DEFAULT_OUTPUT_SHM_BYTES
+    """With ``shared_memory``: bytes set aside per output whose size the metadata leaves
+    open."""
+    streams_per_connection: int = 8
+    """gRPC: calls in flight on one channel (one HTTP/2 connection) at most; a level opens
+    as many channels as its concurrency needs."""
     mode: Mode = CLOSED
     levels: tuple[float, ...] = (1.0,)
     """Concurrencies (closed loop) or request rates per second (open loop), in order."""
@@ -93,7 +110,7 @@ class BenchConfig:
     """For the metadata, config and check requests made before the load starts."""
     max_connections: int = 512
     """Open loop: connections opened at most (a request with none idle waits, its latency
-    running)."""
+    running); with gRPC, calls in flight at most."""
     seed: int = 0
     json_out: Path | None = None
     plot_out: Path | None = None
@@ -113,8 +130,42 @@ def add_bench_parser(
         description="Closed-loop (--concurrency) or open-loop Poisson (--request-rate) load on "
         "one model; prints throughput, p50/p90/p99 and errors by kind per level.",
     )
-    bench.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000")
+    bench.add_argument(
+        "url",
+        help="server base URL, e.g. http://127.0.0.1:8000; with --protocol grpc its gRPC "
+        "address, e.g. 127.0.0.1:8001",
+    )
     bench.add_argument("--model", "-m", required=True, help="model name")
+    bench.add_argument(
+        "--protocol",
+        "-i",
+        choices=["http", "grpc"],
+        default="http",
+        help="KServe V2 over HTTP/1.1 (default) or Triton's gRPC service (ModelInfer)",
+    )
+    bench.add_argument(
+        "--shared-memory",
+        choices=["none", "system"],
+        default="none",
+        help="system: inputs and outputs in POSIX shared memory registered with the server "
+        "(which must run on this machine); unregistered at the end",
+    )
+    bench.add_argument(
+        "--output-shared-memory-size",
+        type=int,
+        default=DEFAULT_OUTPUT_SHM_BYTES,
+        metavar="BYTES",
+        help="with --shared-memory: room per output whose size the metadata leaves open "
+        "(BYTES or variable dimensions; 102400)",
+    )
+    bench.add_argument(
+        "--streams-per-connection",
+        type=int,
+        default=8,
+        metavar="N",
+        help="gRPC: calls in flight per channel (HTTP/2 connection) at most; channels are "
+        "opened as the concurrency needs (8)",
+    )
     bench.add_argument("--model-version", default=None, help="V2 model version (default latest)")
     levels = bench.add_mutually_exclusive_group()
     levels.add_argument(
@@ -181,7 +232,10 @@ def add_bench_parser(
         "--timeout", type=parse_duration, default=30.0, help="per request, then an error (30s)"
     )
     bench.add_argument(
-        "--max-connections", type=int, default=512, help="open loop: connections at most (512)"
+        "--max-connections",
+        type=int,
+        default=512,
+        help="open loop: connections at most; with gRPC, calls in flight at most (512)",
     )
     bench.add_argument("--seed", type=int, default=0, help="seeds random inputs and arrivals")
     bench.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results")
@@ -216,9 +270,22 @@ def config_from_args(args: argparse.Namespace, argv: tuple[str, ...] = ()) -> Be
         raise ValueError("--binary is for V2 tensors; an OpenAI endpoint takes JSON")
     if args.stream and not args.openai:
         raise ValueError("--stream needs --openai")
+    if args.protocol == "grpc" and (args.openai or args.binary or args.header):
+        raise ValueError(
+            "--protocol grpc sends raw tensor bytes to ModelInfer: --openai, --binary and "
+            "--header are for HTTP"
+        )
+    if args.shared_memory != "none" and args.openai:
+        raise ValueError("--shared-memory is for V2 tensors, not an OpenAI endpoint")
+    if args.output_shared_memory_size < 1 or args.streams_per_connection < 1:
+        raise ValueError("--output-shared-memory-size and --streams-per-connection must be >= 1")
     return BenchConfig(
         url=args.url,
         model=args.model,
+        protocol=args.protocol,
+        shared_memory=args.shared_memory,
+        output_shm_bytes=args.output_shared_memory_size,
+        streams_per_connection=args.streams_per_connection,
         mode=mode,
         levels=levels,
         duration_s=args.duration,

@@ -86,7 +86,9 @@ class Connection(Http1Connection):
     """One keep-alive connection with at most one request in flight; it receives its own
     answers (:class:`foundation.http1_client.Receiver`) and reports them to its sink."""
 
-    def __init__(self, sink: ResponseSink, observer: BodyObserver | None = None) -> None:
+    def __init__(
+        self, sink: ResponseSink, observer: BodyObserver | None = None, slot: int = 0
+    ) -> None:
         super().__init__()
         self._sink = sink
         self.observer = observer
@@ -98,6 +100,9 @@ class Connection(Http1Connection):
         """The start of the last error answer's body."""
         self.tag = -1
         """The owner's id of the request in flight; -1 when idle."""
+        self.slot = slot
+        """The owner's slot this connection fills (which of the plan's per-slot requests
+        it sends)."""
         self.sent_ns = 0
         """``perf_counter_ns`` when the request in flight was written."""
 
@@ -194,12 +199,14 @@ async def open_connection(
     sink: ResponseSink,
     timeout_s: float,
     observer: BodyObserver | None = None,
+    slot: int = 0,
 ) -> Connection:
-    """A new connection to ``endpoint``; raises ``OSError`` or ``TimeoutError``."""
+    """A new connection to ``endpoint`` filling the owner's ``slot``; raises ``OSError`` or
+    ``TimeoutError``."""
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(timeout_s):
         _, connection = await loop.create_connection(
-            lambda: Connection(sink, observer), endpoint.host, endpoint.port
+            lambda: Connection(sink, observer, slot), endpoint.host, endpoint.port
         )
     return connection
 
@@ -232,6 +239,17 @@ def fetch(
         return SetupAnswer(
             response.status, {k.lower(): v for k, v in response.getheaders()}, payload
         )
+    except http.client.BadStatusLine as exc:
+        line = str(exc.args[0]) if exc.args else ""
+        if line.startswith("\x00\x00"):
+            # An HTTP/2 frame (a SETTINGS frame) where an HTTP/1.1 status line should be.
+            raise OSError(
+                f"{endpoint.host}:{endpoint.port} answered HTTP/2, not HTTP/1.1: a gRPC port? "
+                "(--protocol grpc)"
+            ) from exc
+        raise OSError(
+            f"bad HTTP answer from {endpoint.host}:{endpoint.port}: {line[:80]!r}"
+        ) from exc
     except http.client.HTTPException as exc:
         raise OSError(f"bad HTTP answer from {endpoint.host}:{endpoint.port}: {exc!r}") from exc
     finally:

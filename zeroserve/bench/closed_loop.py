@@ -41,6 +41,20 @@ class LoadPlan:
     is_stream: bool = False
     """The answers are SSE streams (``--stream``): each is read as it arrives, measured, and
     one that breaks off or reports an error counts as a ``stream`` error."""
+    slot_requests: tuple[tuple[bytes, ...], ...] = ()
+    """When given, the connection in slot ``k`` sends ``slot_requests[k]`` in turn instead
+    of ``requests`` (shared memory: each connection's outputs go to its own window); a
+    level may hold at most this many connections."""
+
+    def requests_of(self, slot: int) -> tuple[bytes, ...]:
+        return self.slot_requests[slot] if self.slot_requests else self.requests
+
+    def check_slots(self, slots: int) -> None:
+        """Raise ValueError when the plan has requests for fewer than ``slots`` slots."""
+        if self.slot_requests and slots > len(self.slot_requests):
+            raise ValueError(
+                f"{slots} connections asked, the plan has requests for {len(self.slot_requests)}"
+            )
 
 
 def stream_done(recorder: StreamRecorder, connection: Connection, sent_ns: int, now: int) -> bool:
@@ -58,9 +72,9 @@ class ClosedLoop:
     """One closed-loop level at a fixed concurrency; :meth:`run` once."""
 
     def __init__(self, plan: LoadPlan, concurrency: int) -> None:
+        plan.check_slots(concurrency)
         self._plan = plan
         self._concurrency = concurrency
-        self._requests = plan.requests
         self._next_request = 0
         self._done_ns = array("q")
         self._latency_ns = array("q")
@@ -96,8 +110,8 @@ class ClosedLoop:
             abort_overdue(self._connections, self._plan.timeout_s), name="bench-closed-watchdog"
         )
         try:
-            for _ in range(self._concurrency):
-                self._spawn_connect(pause_s=0.0)
+            for slot in range(self._concurrency):
+                self._spawn_connect(slot, pause_s=0.0)
             await asyncio.sleep(max(self.window_end_ns - time.perf_counter_ns(), 0) / 1e9)
             if self._busy:
                 self._all_idle.clear()
@@ -139,12 +153,12 @@ class ClosedLoop:
     def on_closed(self, connection: Connection) -> None:
         self._connections.discard(connection)
         if time.perf_counter_ns() < self.window_end_ns:
-            self._spawn_connect(pause_s=0.0)
+            self._spawn_connect(connection.slot, pause_s=0.0)
 
     # -- internals ------------------------------------------------------------------------
 
     def _send(self, connection: Connection, now: int) -> None:
-        requests = self._requests
+        requests = self._plan.requests_of(connection.slot)
         index = self._next_request
         self._next_request = index + 1 if index + 1 < len(requests) else 0
         self._busy += 1
@@ -156,12 +170,12 @@ class ClosedLoop:
         if sample and kind not in self._error_samples:
             self._error_samples[kind] = sample.decode("utf-8", errors="replace")
 
-    def _spawn_connect(self, pause_s: float) -> None:
-        task = asyncio.ensure_future(self._connect(pause_s))
+    def _spawn_connect(self, slot: int, pause_s: float) -> None:
+        task = asyncio.ensure_future(self._connect(slot, pause_s))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _connect(self, pause_s: float) -> None:
+    async def _connect(self, slot: int, pause_s: float) -> None:
         plan = self._plan
         while time.perf_counter_ns() < self.window_end_ns:
             if pause_s:
@@ -172,6 +186,7 @@ class ClosedLoop:
                     self,
                     plan.connect_timeout_s,
                     StreamMeter() if plan.is_stream else None,
+                    slot,
                 )
             except (OSError, TimeoutError):
                 self._error(time.perf_counter_ns(), "connect", b"")

@@ -24,10 +24,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 
@@ -79,21 +80,39 @@ class Tensor:
     def shape(self) -> tuple[int, ...]:
         return tuple(int(d) for d in self.array.shape)
 
+    def raw_bytes(self) -> bytes:
+        """The tensor as Triton's binary and raw forms carry it: little-endian values, or for
+        BYTES each element prefixed with its 4-byte length."""
+        if self.datatype == "BYTES":
+            parts = []
+            for value in self.array.ravel().tolist():
+                raw = value if isinstance(value, bytes) else str(value).encode()
+                parts.append(struct.pack("<I", len(raw)) + raw)
+            return b"".join(parts)
+        return np.ascontiguousarray(self.array).tobytes()
+
 
 def parse_metadata(document: Mapping[str, Any]) -> list[TensorSpec]:
     """The inputs of a V2 model metadata answer (``GET /v2/models/{name}``)."""
+    return parse_tensor_specs(document, "inputs")
+
+
+def parse_tensor_specs(
+    document: Mapping[str, Any], key: Literal["inputs", "outputs"]
+) -> list[TensorSpec]:
+    """The inputs or the outputs of a V2 model metadata answer."""
     try:
         specs = [
             TensorSpec(str(i["name"]), str(i["datatype"]), tuple(int(d) for d in i["shape"]))
-            for i in document["inputs"]
+            for i in document[key]
         ]
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"model metadata without usable 'inputs': {exc!r}") from None
+        raise InputError(f"model metadata without usable {key!r}: {exc!r}") from None
     for spec in specs:
         if spec.datatype not in WIRE_DTYPES:
-            raise InputError(f"input {spec.name!r} has an unknown datatype {spec.datatype!r}")
+            raise InputError(f"{key[:-1]} {spec.name!r} has an unknown datatype {spec.datatype!r}")
     if not specs:
-        raise InputError("the model's metadata lists no inputs")
+        raise InputError(f"the model's metadata lists no {key}")
     return specs
 
 

@@ -20,7 +20,7 @@ import resource
 import time
 from collections.abc import Callable, Coroutine
 from importlib import metadata as importlib_metadata
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from zeroserve.bench.closed_loop import ClosedLoop, LoadPlan
 from zeroserve.bench.open_loop import OpenLoop
@@ -29,7 +29,13 @@ from zeroserve.bench.stats import LevelResult
 T = TypeVar("T")
 
 
-async def measure(loop: ClosedLoop | OpenLoop) -> LevelResult:
+class LevelLoop(Protocol):
+    """A level's load, HTTP's or gRPC's, run once."""
+
+    async def run(self) -> LevelResult: ...
+
+
+async def measure(loop: LevelLoop) -> LevelResult:
     """Run ``loop`` (once) and return its result with the client's CPU per wall-clock
     second (this process's, warm-up included)."""
     gc.collect()

@@ -59,7 +59,11 @@ class OpenLoop:
     def __init__(self, plan: LoadPlan, rate: float, *, seed: int, max_connections: int) -> None:
         self._plan = plan
         self._rate = rate
+        if plan.slot_requests:
+            max_connections = min(max_connections, len(plan.slot_requests))
         self._max_connections = max_connections
+        # A connection takes a free slot when it opens and gives it back when it closes.
+        self._free_slots: deque[int] = deque(range(max_connections))
         self._offsets = poisson_schedule(rate, plan.warmup_s + plan.duration_s, seed)
         count = len(self._offsets)
         self._sent_ns = np.zeros(count, dtype=np.int64)
@@ -140,7 +144,8 @@ class OpenLoop:
             self._spawn_connect()
 
     def _send(self, connection: Connection, index: int) -> None:
-        connection.send(self._plan.requests[index % len(self._plan.requests)], index)
+        requests = self._plan.requests_of(connection.slot)
+        connection.send(requests[index % len(requests)], index)
         self._sent_ns[index] = connection.sent_ns
 
     def _free(self, connection: Connection) -> None:
@@ -182,6 +187,8 @@ class OpenLoop:
         self._finish()
 
     def on_closed(self, connection: Connection) -> None:
+        if connection.slot not in self._free_slots:
+            self._free_slots.append(connection.slot)
         self._connections.discard(connection)
         if connection in self._idle:
             self._idle.remove(connection)
@@ -198,12 +205,12 @@ class OpenLoop:
 
     def _spawn_connect(self) -> asyncio.Task[None]:
         self._connecting += 1
-        task = asyncio.ensure_future(self._connect())
+        task = asyncio.ensure_future(self._connect(self._free_slots.popleft()))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _connect(self) -> None:
+    async def _connect(self, slot: int) -> None:
         plan = self._plan
         try:
             connection = await open_connection(
@@ -211,8 +218,10 @@ class OpenLoop:
                 self,
                 plan.connect_timeout_s,
                 StreamMeter() if plan.is_stream else None,
+                slot,
             )
         except (OSError, TimeoutError):
+            self._free_slots.append(slot)
             # The requests waiting for a connection cannot go out: each fails as ``connect``;
             # later ones ask for a new connection when they come, so the attempts stay
             # bounded by the request rate.

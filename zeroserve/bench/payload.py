@@ -1,9 +1,9 @@
-"""Request bytes, built once before the clock starts: V2 infer bodies (JSON or Triton's binary
-tensor extension), OpenAI completion bodies, and the whole HTTP/1.1 request around them."""
+"""Request bytes, built once before the clock starts: V2 infer bodies (JSON, Triton's binary
+tensor extension, or naming shared-memory regions), OpenAI completion bodies, and the whole
+HTTP/1.1 request around them."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 
 from zeroserve.bench.inputs import InputError, Tensor
+from zeroserve.bench.shared_memory import PlacedInput, PlacedOutput, Placement
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ def v2_body(tensors: Sequence[Tensor], *, is_binary: bool) -> Body:
         inputs = [_json_input(t) for t in tensors]
         content = orjson.dumps({"inputs": inputs}, option=orjson.OPT_SERIALIZE_NUMPY)
         return Body(content, (("Content-Type", "application/json"),))
-    raws = [_raw_bytes(t) for t in tensors]
+    raws = [t.raw_bytes() for t in tensors]
     header: dict[str, Any] = {
         "inputs": [
             {
@@ -64,6 +65,35 @@ def v2_body(tensors: Sequence[Tensor], *, is_binary: bool) -> Body:
             ("Inference-Header-Content-Length", str(len(head))),
         ),
     )
+
+
+def v2_shared_memory_body(inputs: Sequence[PlacedInput], outputs: Sequence[PlacedOutput]) -> Body:
+    """An infer request whose inputs are read from, and outputs written to, registered
+    shared-memory regions: no tensor data in the body."""
+    document = {
+        "inputs": [
+            {
+                "name": i.name,
+                "datatype": i.datatype,
+                "shape": list(i.shape),
+                "parameters": shared_memory_parameters(i.place),
+            }
+            for i in inputs
+        ],
+        "outputs": [
+            {"name": o.name, "parameters": shared_memory_parameters(o.place)} for o in outputs
+        ],
+    }
+    return Body(orjson.dumps(document), (("Content-Type", "application/json"),))
+
+
+def shared_memory_parameters(place: Placement) -> dict[str, str | int]:
+    """Triton's parameters placing a tensor in a region."""
+    return {
+        "shared_memory_region": place.region,
+        "shared_memory_offset": place.offset,
+        "shared_memory_byte_size": place.byte_size,
+    }
 
 
 def openai_body(
@@ -113,16 +143,6 @@ def _json_input(tensor: Tensor) -> dict[str, Any]:
         "shape": list(tensor.shape),
         "data": data,
     }
-
-
-def _raw_bytes(tensor: Tensor) -> bytes:
-    if tensor.datatype == "BYTES":
-        parts = []
-        for value in tensor.array.ravel().tolist():
-            raw = value if isinstance(value, bytes) else str(value).encode()
-            parts.append(struct.pack("<I", len(raw)) + raw)
-        return b"".join(parts)
-    return np.ascontiguousarray(tensor.array).tobytes()
 
 
 def _text(value: object) -> str:

@@ -73,9 +73,11 @@ def to_json(run: BenchRun) -> dict[str, Any]:
             "model": config.model,
             "model_version": config.model_version,
             "protocol": "openai" if config.is_openai else "v2",
+            "transport": config.protocol,
+            "shared_memory": config.shared_memory,
             "stream": config.is_stream,
             "path": run.path,
-            "encoding": "binary" if config.is_binary else "json",
+            "encoding": _encoding(run),
             "request_bytes": run.request_bytes,
             "distinct_requests": run.distinct_requests,
         },
@@ -90,6 +92,9 @@ def to_json(run: BenchRun) -> dict[str, Any]:
             "timeout_s": config.timeout_s,
             "seed": config.seed,
             "max_connections": config.max_connections if config.mode == "rate" else None,
+            "streams_per_connection": (
+                config.streams_per_connection if config.protocol == "grpc" else None
+            ),
             "latency_from": _latency_from(run),
         },
         "client": run.client,
@@ -140,6 +145,15 @@ def series_of(name: str, levels: Sequence[LevelResult]) -> Series:
     )
 
 
+def _encoding(run: BenchRun) -> str:
+    config = run.config
+    if config.shared_memory != "none":
+        return "shared_memory"
+    if config.protocol == "grpc":
+        return "raw"
+    return "binary" if config.is_binary else "json"
+
+
 def _latency_from(run: BenchRun) -> str:
     if run.config.mode == "rate":
         return "scheduled send time (Poisson arrivals), to the last byte of the answer"
@@ -157,9 +171,15 @@ def _legend(run: BenchRun) -> str:
         )
     else:
         what = "closed loop: latency from the send to the answer's last byte"
+    if config.protocol == "grpc":
+        what += (
+            f" (gRPC: at most {config.streams_per_connection} calls per connection; "
+            "errors by status code)"
+        )
     legend = (
-        f"Each row: {window} per level. {what}; throughput counts 2xx answers completed in the "
-        "window; cli cpu: cores this client used; us/req: its CPU per answered request."
+        f"Each row: {window} per level. {what}; throughput counts successful (2xx, or gRPC OK) "
+        "answers completed in the window; cli cpu: cores this client used; us/req: its CPU "
+        "per answered request."
     )
     if config.is_stream:
         sources = {r.stream.tokens_from for r in run.levels if r.stream is not None}

@@ -1,60 +1,40 @@
 """``zeroserve bench``: prepare the requests, check one, run every level, report.
 
-Everything that costs time per request is settled before the clock starts: the model's
-metadata (and configuration, where the server serves Triton's ``/config``) gives the inputs,
-the request bytes are built, and one request is sent and its answer checked, so that a wrong
+Everything that costs time per request is settled before the clock starts, by the
+protocol's preparation (:mod:`zeroserve.bench.http_setup`, :mod:`zeroserve.bench.grpc_setup`):
+the model's metadata gives the inputs, the request bytes are built, shared-memory regions
+are registered where asked, and one request is sent and its answer checked, so that a wrong
 model name or input fails at once with the server's own message instead of as a table of
 errors. Then each level runs on one event loop (uvloop when installed) with the garbage
-collector paused (:mod:`zeroserve.bench.level`).
+collector paused (:mod:`zeroserve.bench.level`); the regions are unregistered at the end,
+however the run ends.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import os
 import platform
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
-from zeroserve.bench import inputs as inputs_module, report
+from zeroserve.bench import report
 from zeroserve.bench.args import BenchConfig, config_from_args
-from zeroserve.bench.client import Endpoint, EndpointError, fetch
-from zeroserve.bench.closed_loop import ClosedLoop, LoadPlan
+from zeroserve.bench.closed_loop import ClosedLoop
+from zeroserve.bench.grpc_loops import GrpcClosedLoop, GrpcLoadPlan, GrpcOpenLoop
+from zeroserve.bench.grpc_setup import prepare_grpc
+from zeroserve.bench.http_setup import prepare_http
 from zeroserve.bench.level import measure, run_on_event_loop
 from zeroserve.bench.open_loop import OpenLoop
-from zeroserve.bench.payload import (
-    Body,
-    http_request,
-    infer_path,
-    openai_body,
-    openai_path,
-    v2_body,
-)
 from zeroserve.bench.plot import PlotUnavailableError
-from zeroserve.bench.progress import REDRAW_S, Progress
-from zeroserve.bench.sse import StreamMeter
+from zeroserve.bench.prepared import BenchError, Prepared
+from zeroserve.bench.progress import REDRAW_S, Progress, RunningLevel
 from zeroserve.bench.stats import BenchRun, LevelResult
 
-logger = logging.getLogger(__name__)
-
-
-class BenchError(Exception):
-    """The run cannot start or go on: the message says why, for the user."""
-
-
-@dataclass(frozen=True)
-class _Prepared:
-    endpoint: Endpoint
-    path: str
-    requests: tuple[bytes, ...]
-    inputs: list[dict[str, Any]]
+__all__ = ["BenchError", "main", "run_bench"]
 
 
 def run_bench(
@@ -65,27 +45,30 @@ def run_bench(
 ) -> BenchRun:
     """Run every level of ``config`` against its server; raises :class:`BenchError`."""
     started_utc = datetime.now(UTC).isoformat(timespec="seconds")
-    prepared = _prepare(config)
+    prepared = prepare_grpc(config) if config.protocol == "grpc" else prepare_http(config)
+    try:
+        return _run_levels(config, prepared, started_utc, err, on_level)
+    finally:
+        prepared.close()
+
+
+def _run_levels(
+    config: BenchConfig,
+    prepared: Prepared,
+    started_utc: str,
+    err: TextIO | None,
+    on_level: Callable[[LevelResult], None] | None,
+) -> BenchRun:
     run = BenchRun(
         config=config,
         started_utc=started_utc,
         path=prepared.path,
-        request_bytes=len(prepared.requests[0]),
-        distinct_requests=len(prepared.requests),
+        request_bytes=prepared.request_bytes,
+        distinct_requests=len(prepared.plan.requests),
         inputs=prepared.inputs,
         client=_client_description(),
     )
     progress = Progress.for_stream(err or sys.stderr, config.progress)
-    plan = LoadPlan(
-        endpoint=prepared.endpoint,
-        requests=prepared.requests,
-        warmup_s=config.warmup_s,
-        duration_s=config.duration_s,
-        timeout_s=config.timeout_s,
-        connect_timeout_s=config.connect_timeout_s,
-        batch_size=config.batch_size,
-        is_stream=config.is_stream,
-    )
 
     async def levels() -> None:
         for index, level in enumerate(config.levels):
@@ -93,7 +76,8 @@ def run_bench(
             progress.level_started(
                 index, len(config.levels), label, config.warmup_s + config.duration_s
             )
-            result = await _run_level(config, plan, level, index, progress)
+            loop = _loop(config, prepared, level, index)
+            result = await _run_level(loop, progress)
             progress.level_done(result)
             run.levels.append(result)
             if on_level is not None:
@@ -103,16 +87,24 @@ def run_bench(
     return run
 
 
-async def _run_level(
-    config: BenchConfig, plan: LoadPlan, level: float, index: int, progress: Progress
-) -> LevelResult:
-    loop: ClosedLoop | OpenLoop
+def _loop(
+    config: BenchConfig, prepared: Prepared, level: float, index: int
+) -> ClosedLoop | OpenLoop | GrpcClosedLoop | GrpcOpenLoop:
+    plan = prepared.plan
+    # A different seed per level, the same ones every run with the same --seed.
+    seed = config.seed * 1_000_003 + index
+    if isinstance(plan, GrpcLoadPlan):
+        if config.mode == "rate":
+            return GrpcOpenLoop(plan, level, seed=seed, max_in_flight=config.max_connections)
+        return GrpcClosedLoop(plan, int(level))
     if config.mode == "rate":
-        # A different seed per level, the same ones every run with the same --seed.
-        seed = config.seed * 1_000_003 + index
-        loop = OpenLoop(plan, level, seed=seed, max_connections=config.max_connections)
-    else:
-        loop = ClosedLoop(plan, int(level))
+        return OpenLoop(plan, level, seed=seed, max_connections=config.max_connections)
+    return ClosedLoop(plan, int(level))
+
+
+async def _run_level(
+    loop: ClosedLoop | OpenLoop | GrpcClosedLoop | GrpcOpenLoop, progress: Progress
+) -> LevelResult:
     redraw = asyncio.create_task(_redraw(progress, loop), name="bench-progress")
     try:
         return await measure(loop)
@@ -121,7 +113,7 @@ async def _run_level(
         await asyncio.gather(redraw, return_exceptions=True)
 
 
-async def _redraw(progress: Progress, loop: ClosedLoop | OpenLoop) -> None:
+async def _redraw(progress: Progress, loop: RunningLevel) -> None:
     if progress.style != "bar":
         return
     while True:
@@ -137,171 +129,6 @@ def _client_description() -> dict[str, Any]:
         "cpus_usable": len(os.sched_getaffinity(0)),
         "load_average": list(os.getloadavg()),
     }
-
-
-# -- preparing the requests ----------------------------------------------------------------
-
-
-def _prepare(config: BenchConfig) -> _Prepared:
-    try:
-        endpoint = Endpoint.parse(config.url)
-    except EndpointError as exc:
-        raise BenchError(str(exc)) from None
-    if config.is_openai:
-        path = openai_path(endpoint.base_path, config.openai_route)
-        body = openai_body(
-            config.model, route=config.openai_route, prompt=config.prompt,
-            max_tokens=config.max_tokens, is_stream=config.is_stream,
-        )  # fmt: skip
-        check = _check_openai_stream if config.is_stream else _check_openai_answer
-        _check(config, endpoint, path, body, check)
-        inputs = [{"name": "prompt", "datatype": "BYTES", "shape": [1]}]
-        return _Prepared(endpoint, path, (_request(config, endpoint, path, body),), inputs)
-    path = infer_path(endpoint.base_path, config.model, config.model_version)
-    bodies, inputs = _v2_bodies(config, endpoint)
-    _check(config, endpoint, path, bodies[0], _check_v2_answer)
-    requests = tuple(_request(config, endpoint, path, body) for body in bodies)
-    return _Prepared(endpoint, path, requests, inputs)
-
-
-def _v2_bodies(config: BenchConfig, endpoint: Endpoint) -> tuple[list[Body], list[dict[str, Any]]]:
-    model_path = f"{endpoint.base_path}/v2/models/{config.model}"
-    if config.model_version is not None:
-        model_path += f"/versions/{config.model_version}"
-    metadata = _get_json(config, endpoint, model_path, "model metadata")
-    if metadata is None:
-        raise BenchError(f"model metadata {model_path} answered no JSON")
-    model_config = _get_json(config, endpoint, model_path + "/config", None)
-    overrides = dict(config.shapes)
-    try:
-        specs = inputs_module.parse_metadata(metadata)
-        unknown = set(overrides) - {s.name for s in specs}
-        if unknown:
-            raise inputs_module.InputError(f"--shape names unknown inputs: {sorted(unknown)}")
-        is_batched = inputs_module.is_batching(specs, model_config)
-        if config.input_data in ("random", "zero"):
-            requests = [
-                inputs_module.generated_tensors(
-                    specs,
-                    fill=config.input_data,
-                    batch_size=config.batch_size,
-                    is_batched=is_batched,
-                    overrides=overrides,
-                    seed=config.seed,
-                )
-            ]
-        else:
-            requests = inputs_module.load_input_data(
-                Path(config.input_data),
-                specs,
-                batch_size=config.batch_size,
-                is_batched=is_batched,
-                overrides=overrides,
-            )
-        bodies = [v2_body(tensors, is_binary=config.is_binary) for tensors in requests]
-    except inputs_module.InputError as exc:
-        raise BenchError(str(exc)) from None
-    described = [
-        {"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in requests[0]
-    ]
-    return bodies, described
-
-
-def _request(config: BenchConfig, endpoint: Endpoint, path: str, body: Body) -> bytes:
-    return http_request(endpoint.host_header, "POST", path, body, config.headers)
-
-
-def _get_json(
-    config: BenchConfig, endpoint: Endpoint, path: str, what: str | None
-) -> dict[str, Any] | None:
-    """GET ``path`` as JSON; a failure raises when ``what`` names it, else gives None."""
-    try:
-        answer = fetch(
-            endpoint, "GET", path, headers=dict(config.headers), timeout_s=config.setup_timeout_s
-        )
-    except OSError as exc:
-        raise BenchError(f"cannot reach {config.url}: {exc}") from None
-    if answer.status != 200:
-        if what is None:
-            return None
-        raise BenchError(f"{what} ({path}) answered {answer.status}: {_sample(answer.body)}")
-    try:
-        document = json.loads(answer.body)
-    except ValueError:
-        document = None
-    if not isinstance(document, dict):
-        if what is None:
-            return None
-        raise BenchError(f"{what} ({path}) is not a JSON object: {_sample(answer.body)}")
-    return document
-
-
-def _check(
-    config: BenchConfig,
-    endpoint: Endpoint,
-    path: str,
-    body: Body,
-    check_answer: Callable[[dict[str, str], bytes], str | None],
-) -> None:
-    """Send one request before the load; its answer must be a 200 of the expected shape."""
-    headers = dict(body.headers) | dict(config.headers)
-    try:
-        answer = fetch(
-            endpoint,
-            "POST",
-            path,
-            body=body.content,
-            headers=headers,
-            timeout_s=max(config.setup_timeout_s, config.timeout_s),
-        )
-    except OSError as exc:
-        raise BenchError(f"cannot reach {config.url}: {exc}") from None
-    if answer.status != 200:
-        raise BenchError(
-            f"the check request to {path} answered {answer.status}: {_sample(answer.body)}"
-        )
-    problem = check_answer(answer.headers, answer.body)
-    if problem is not None:
-        raise BenchError(f"the check request to {path}: {problem}")
-
-
-def _check_v2_answer(headers: dict[str, str], body: bytes) -> str | None:
-    header_length = headers.get("inference-header-content-length")
-    head = body[: int(header_length)] if header_length is not None else body
-    try:
-        document = json.loads(head)
-    except ValueError:
-        return f"the answer is not V2 JSON: {_sample(body)}"
-    if not isinstance(document, dict) or not isinstance(document.get("outputs"), list):
-        return f"the answer has no 'outputs': {_sample(body)}"
-    return None
-
-
-def _check_openai_answer(headers: dict[str, str], body: bytes) -> str | None:
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return f"the answer is not JSON: {_sample(body)}"
-    if not isinstance(document, dict) or not isinstance(document.get("choices"), list):
-        return f"the answer has no 'choices': {_sample(body)}"
-    return None
-
-
-def _check_openai_stream(headers: dict[str, str], body: bytes) -> str | None:
-    meter = StreamMeter()
-    meter.feed(body, 0)
-    meter.feed(b"\n", 0)
-    if meter.is_error:
-        return f"the stream reported an error: {_sample(body)}"
-    if not meter.is_done:
-        return f"the answer is not an SSE stream ending in 'data: [DONE]': {_sample(body)}"
-    if not meter.chunks:
-        return f"the stream carried no text: {_sample(body)}"
-    return None
-
-
-def _sample(body: bytes) -> str:
-    return body[:300].decode("utf-8", errors="replace").strip() or "(empty body)"
 
 
 # -- the command -----------------------------------------------------------------------------

@@ -153,9 +153,14 @@ class BenchRun:
         if config.is_openai:
             kind = "SSE stream" if config.is_stream else "JSON"
             return f"{config.model} at {config.url}{self.path} (OpenAI, {kind})"
-        encoding = "binary tensors" if config.is_binary else "JSON"
         shapes = ", ".join(f"{i['name']} {i['datatype']}{i['shape']}" for i in self.inputs)
-        return f"{config.model} at {config.url} (V2, {encoding}; {shapes})"
+        if config.protocol == "grpc":
+            kind = "gRPC ModelInfer, raw tensors"
+        else:
+            kind = "V2, " + ("binary tensors" if config.is_binary else "JSON")
+        if config.shared_memory != "none":
+            kind += f", {config.shared_memory} shared memory"
+        return f"{config.model} at {config.url} ({kind}; {shapes})"
 
     @property
     def load_description(self) -> str:

@@ -94,8 +94,25 @@ def test_concurrency_and_rate_exclude_each_other():
         pytest.param(("--openai", "--binary"), id="openai with binary"),
         pytest.param(("--batch-size", "0"), id="batch size 0"),
         pytest.param(("--duration", "0s"), id="no duration"),
+        pytest.param(("--protocol", "grpc", "--openai"), id="grpc with openai"),
+        pytest.param(("--protocol", "grpc", "--binary"), id="grpc with binary"),
+        pytest.param(("--protocol", "grpc", "--header", "A: b"), id="grpc with a header"),
+        pytest.param(("--shared-memory", "system", "--openai"), id="shared memory with openai"),
+        pytest.param(("--streams-per-connection", "0"), id="no streams"),
+        pytest.param(("--output-shared-memory-size", "0"), id="no output room"),
     ],
 )
 def test_inconsistent_options_are_refused(argv):
     with pytest.raises(ValueError):
         _config(*argv)
+
+
+def test_grpc_and_shared_memory_options():
+    config = _config()
+    assert (config.protocol, config.shared_memory) == ("http", "none")
+    config = _config(
+        "-i", "grpc", "--shared-memory", "system", "--streams-per-connection", "4",
+        "--output-shared-memory-size", "4096",
+    )  # fmt: skip
+    assert (config.protocol, config.shared_memory) == ("grpc", "system")
+    assert (config.streams_per_connection, config.output_shm_bytes) == (4, 4096)

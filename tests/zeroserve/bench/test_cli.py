@@ -7,66 +7,34 @@ subprocess for a fraction of a second per level and checks what it reports, neve
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
 from tests.integration.conftest import free_port
 from tests.llm_model import write_tiny_llm
 from tests.models import write_onnx_add_sub, write_onnx_mlp
+from tests.zeroserve.bench.serve import zeroserve_serve
 
 pytestmark = pytest.mark.integration
 
-START_TIMEOUT_S = 90.0
 RUN_TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``zeroserve serve`` (the CLI, as a user starts it) on a free loopback port."""
+    """``zeroserve serve`` (the CLI, as a user starts it) on free loopback ports."""
     root = tmp_path_factory.mktemp("bench-serve")
     repo = root / "models"
     write_onnx_mlp(repo, "mlp", sizes=(16, 32, 8), max_batch_size=32)
     write_onnx_add_sub(repo, "simple", dtype="INT32", dims=(4,), max_batch_size=8)
     write_tiny_llm(repo, "llm")
-    port = free_port()
-    env = {**os.environ, "ZEROSERVE_CACHE_DIR": str(root / "cache"), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "zeroserve.cli", "serve", "--model-repository", str(repo)]
-    command += ["--http-port", str(port), "--log-level", "warning"]
-    log_path = root / "serve.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"zeroserve serve exited:\n{log_path.read_text()}")
-            try:
-                if httpx.get(f"{url}/v2/health/ready", timeout=2.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"zeroserve serve not ready:\n{log_path.read_text()}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
+    with zeroserve_serve(repo, root) as served:
+        yield served.url
 
 
 def _bench(*argv: str) -> subprocess.CompletedProcess[str]:

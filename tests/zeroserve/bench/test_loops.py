@@ -7,6 +7,7 @@ only counts are asserted, never times.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -187,6 +188,52 @@ async def test_open_loop_never_drops_a_request_silently():
     scheduled = round((result.offered_rate or 0) * result.duration_s)
     assert result.ok + result.error_count == scheduled
     assert set(result.errors) <= {"timeout", "connection"}
+
+
+def _slot_plan(endpoint: Endpoint, slots: int) -> LoadPlan:
+    """A plan whose slot ``k`` sends a body naming ``k``."""
+    table = tuple(
+        (
+            http_request(
+                endpoint.host_header,
+                "POST",
+                "/v2/models/m/infer",
+                Body(f'{{"slot":{slot}}}'.encode(), (("Content-Type", "application/json"),)),
+            ),
+        )
+        for slot in range(slots)
+    )
+    return dataclasses.replace(_plan(endpoint), requests=table[0], slot_requests=table)
+
+
+def _recording(seen: set[bytes]) -> Behaviour:
+    async def behaviour(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            seen.add(await reader.readexactly(length))
+            writer.write(_answer("200 OK", b'{"outputs":[]}'))
+
+    return behaviour  # type: ignore[return-value]
+
+
+async def test_each_connection_sends_its_slots_requests():
+    seen: set[bytes] = set()
+    async with _server(_recording(seen)) as endpoint:
+        plan = _slot_plan(endpoint, 3)
+        result = await ClosedLoop(plan, 3).run()
+        assert result.ok > 0 and result.errors == {}
+        assert seen == {b'{"slot":0}', b'{"slot":1}', b'{"slot":2}'}
+        with pytest.raises(ValueError, match="4 connections asked"):
+            ClosedLoop(plan, 4)
+        seen.clear()
+        # The open loop holds no more connections than the plan has slots.
+        result = await OpenLoop(plan, 300.0, seed=3, max_connections=64).run()
+    assert result.ok > 0 and result.errors == {} and result.connections <= 3
+    assert seen <= {b'{"slot":0}', b'{"slot":1}', b'{"slot":2}'}
 
 
 @pytest.mark.parametrize(

@@ -101,14 +101,23 @@ def test_public_names():
         "BenchRun",
         "Body",
         "Endpoint",
+        "GrpcTarget",
         "LatencySummary",
         "LevelResult",
         "LoadPlan",
+        "SetupClient",
+        "SharedMemoryError",
+        "SharedMemoryRun",
+        "Tensor",
+        "TensorSpec",
         "add_bench_parser",
+        "grpc_frame",
         "http_request",
+        "infer_request",
         "run_bench",
         "run_closed",
         "run_open",
+        "shared_memory_request",
     }
     for name in bench.__all__:
         assert getattr(bench, name) is not None
