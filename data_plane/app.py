@@ -18,6 +18,7 @@ from data_plane.errors import ZeroserveError
 from data_plane.handlers import Handlers
 from data_plane.log_settings import LogControl
 from data_plane.metrics import Metrics
+from data_plane.model_calls import ModelCalls
 from data_plane.openai import routes as openai_routes
 from data_plane.poll import open_poller
 from data_plane.repository import LoadedVersion, ModelRepository, RepositorySettings
@@ -96,7 +97,9 @@ def build_repository(
     def on_unload(model: LoadedVersion) -> None:
         metrics_.model_unloads.labels(model.name).inc()
 
-    return ModelRepository(
+    # Python models call the server's models (BLS) through it once the repository exists.
+    calls = ModelCalls()
+    repository = ModelRepository(
         RepositorySettings(
             root=parse_storage_uri(root, allowed=allowed),
             allowed_storage=allowed,
@@ -112,6 +115,7 @@ def build_repository(
                 intra_op_threads=settings.intra_op_threads,
                 inter_op_threads=settings.inter_op_threads,
                 drain_timeout_s=settings.exit_timeout_s,
+                models=calls,
             )
         ),
         on_load=on_load,
@@ -119,6 +123,8 @@ def build_repository(
         on_sleep=metrics_.llm.transition,
         response_cache=response_cache,
     )
+    calls.attach(repository)
+    return repository
 
 
 async def load_startup_models(settings: DataPlaneSettings, repo: ModelRepository) -> None:

@@ -31,6 +31,7 @@ from data_plane.protocol import (
 )
 from data_plane.repository import LoadedVersion, TensorSpec
 from data_plane.response_cache import CacheLookup
+from data_plane.response_stream import IDLE_TIMEOUT_S, ResponseStream
 from data_plane.sequence import SequenceBatcher
 from data_plane.stats import ComputeTimes
 from data_plane.trace import RequestTrace, TraceManager
@@ -418,3 +419,62 @@ def _select_outputs(
             data = data.astype(expected)
         selected.append(OutputTensor(name=name, datatype=spec.datatype, data=data, binary=binary))
     return selected
+
+
+def open_stream(
+    model: LoadedVersion,
+    request: InferRequest,
+    *,
+    idle_timeout_s: float = IDLE_TIMEOUT_S,
+) -> ResponseStream:
+    """The responses of a decoupled model to ``request``, as they come (the request runs
+    at the stream's first read). Raises now what the request alone is refused for
+    (InvalidArgumentError for inputs or outputs that do not fit the model); the stream
+    yields an execution's failure as its last response."""
+    started = time.monotonic_ns()
+    batch, rows = _prepare_inputs(model, request)
+    context = _request_context(model, request)
+    prepared = time.monotonic_ns()
+
+    async def start(streamed: RequestContext) -> None:
+        try:
+            result = await model.batcher.submit(
+                batch,
+                priority=request.priority,
+                timeout_us=request.timeout_us,
+                request_id=request.id,
+                context=streamed,
+            )
+        except BaseException as exc:
+            ended = time.monotonic_ns() - started
+            model.stats.record_failure(reason=_failure_reason(exc), request_ns=ended)
+            raise
+        model.stats.record_success(
+            rows=rows,
+            request_ns=time.monotonic_ns() - started,
+            queue_ns=result.queue_ns,
+            input_ns=prepared - started,
+            infer_ns=result.compute_ns,
+            output_ns=0,
+        )
+
+    def select(produced: Mapping[str, np.ndarray]) -> list[OutputTensor]:
+        return _select_outputs(model, request, produced, as_produced=True)
+
+    return ResponseStream(model.name, context, start, select, idle_timeout_s=idle_timeout_s)
+
+
+def check_request(model: LoadedVersion, request: InferRequest) -> None:
+    """Raise what :func:`infer` would refuse ``request`` for before ``model`` runs it:
+    inputs that do not fit, outputs the model does not have (for a caller that must tell
+    such refusals from the model's own errors)."""
+    _prepare_inputs(model, request)
+    if model.capabilities.requests is not None:
+        _request_context(model, request)
+        return
+    for output in request.outputs or ():
+        if output.name not in model.outputs:
+            raise InvalidArgumentError(
+                f"{request_prefix(request.id)}unexpected inference output '{output.name}' "
+                f"for model '{model.name}'"
+            )

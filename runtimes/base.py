@@ -18,6 +18,7 @@ from foundation import model_config
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.capabilities import Capabilities
 from runtimes.errors import ModelLoadError
+from runtimes.model_request import ModelCaller
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ class RuntimeOptions:
     """Threads an engine may use across operators; 0 lets the engine choose."""
     drain_timeout_s: float = 30.0
     """How long :meth:`ModelRuntime.sleep` lets requests in flight finish before aborting them."""
+    models: ModelCaller | None = None
+    """The server's other models, for runtimes whose models call them (Triton's BLS);
+    None where the server offers no such calls."""
 
 
 class ModelRuntime(abc.ABC):

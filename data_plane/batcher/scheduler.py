@@ -314,10 +314,7 @@ class Batcher:
     ) -> None:
         """Run ``batch`` as its separate requests: each gets its own outputs or error."""
         exec_start = self._clock()
-        requests = [
-            ModelRequest(r.inputs, replace(r.context or _NO_CONTEXT, is_cancelled=r.future.done))
-            for r in batch
-        ]
+        requests = [ModelRequest(r.inputs, _with_cancellation(r)) for r in batch]
         started = self._clock()
         try:
             outcomes = await execute(requests)
@@ -407,6 +404,16 @@ class Batcher:
     def _check_drained(self) -> None:
         if not self._queue.pending and not self._executing:
             self._drained.set()
+
+
+def _with_cancellation(request: QueuedRequest) -> RequestContext:
+    """The context a request reaches its engine with: cancelled once its caller stopped
+    waiting (its future is done). A streamed request's future resolves when its execution
+    ends, not when its client leaves: its context says itself when it is cancelled."""
+    context = request.context or _NO_CONTEXT
+    if context.responses is not None:
+        return context
+    return replace(context, is_cancelled=request.future.done)
 
 
 def _concatenate(batch: list[QueuedRequest]) -> dict[str, np.ndarray]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from typing import Final
 
 ALIGNMENT: Final = 64
@@ -53,6 +54,9 @@ class Arena:
         # Free ranges as offset -> length, kept coalesced; only the writer uses them.
         self._free: dict[int, int] = {0: self._size} if self._size else {}
         self._used: dict[int, int] = {}
+        # In a stub several threads write (response senders, BLS calls) and the channel's
+        # reader frees; the server's side is used from its event loop alone.
+        self._lock = threading.Lock()
 
     @classmethod
     def create(cls, name: str, *, size_bytes: int, limit_bytes: int) -> Arena:
@@ -80,34 +84,37 @@ class Arena:
         """The offset of a new block of ``nbytes`` (writer side), growing the arena if
         needed; raises :class:`ArenaFullError` past the bound."""
         length = max(ALIGNMENT, -(-nbytes // ALIGNMENT) * ALIGNMENT)
-        offset = self._take(length)
-        if offset is None:
-            self._grow(length)
+        with self._lock:
             offset = self._take(length)
-            assert offset is not None  # _grow added a free range of at least `length`
-        self._used[offset] = length
-        return offset
+            if offset is None:
+                self._grow(length)
+                offset = self._take(length)
+                assert offset is not None  # _grow added a free range of at least `length`
+            self._used[offset] = length
+            return offset
 
     def free(self, offset: int) -> None:
         """Give back the block at ``offset`` (writer side); unknown offsets are ignored,
         so that a block is freed at most once whatever the message order."""
-        length = self._used.pop(offset, None)
-        if length is None:
-            return
-        end = offset + length
-        following = self._free.pop(end, None)
-        if following is not None:
-            length += following
-        for start, free_length in self._free.items():
-            if start + free_length == offset:
-                self._free[start] = free_length + length
+        with self._lock:
+            length = self._used.pop(offset, None)
+            if length is None:
                 return
-        self._free[offset] = length
+            end = offset + length
+            following = self._free.pop(end, None)
+            if following is not None:
+                length += following
+            for start, free_length in self._free.items():
+                if start + free_length == offset:
+                    self._free[start] = free_length + length
+                    return
+            self._free[offset] = length
 
     def free_all(self) -> None:
         """Give back every block (writer side)."""
-        self._used.clear()
-        self._free = {0: self._size} if self._size else {}
+        with self._lock:
+            self._used.clear()
+            self._free = {0: self._size} if self._size else {}
 
     def view(self, offset: int, nbytes: int) -> memoryview:
         """The bytes of a block, mapping the arena again if it grew past this mapping."""

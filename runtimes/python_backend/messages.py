@@ -16,10 +16,16 @@ Kinds, server to stub:
 ``execute``       ``{id, requests: [{id, correlation_id, parameters, requested, flags,
                   inputs: [tensor]}]}``: one ``execute(requests)`` call. The input blocks are
                   the server's until the answer ``result`` with the same ``id`` arrives.
+                  ``init`` also carries ``call_timeout_s``, the longest a model waits for
+                  any answer of the server.
 ``finalize``      ``{}``: call ``finalize()``, answer ``finalize_done``, exit.
-``cancelled``     ``{id, values: [bool]}``: the answer to ``is_cancelled``.
-``bls_result``    ``{call, error | outputs, final}``: a BLS call's response (item 2 of
-                  issue 16; not sent yet).
+``cancelled``     ``{call, value}``: the answer to ``is_cancelled``.
+``response_done`` ``{call, error}``: the server took a ``response`` (``error``: it refused
+                  it); sent once the client's side has room, so a sender waits for a
+                  slow client.
+``bls_result``    ``{call, final, error | outputs}``: a BLS call's response, one or, for
+                  ``decoupled`` calls, several (``final`` on the last). The output blocks
+                  are the stub's to copy out; it sends ``release`` for them.
 
 Kinds, stub to server:
 
@@ -28,17 +34,20 @@ Kinds, stub to server:
 ``auto_complete_done`` ``{config | error}``.
 ``result``        ``{id, error, responses}``: ``error`` (the whole batch failed) or one
                   entry per request: ``{outputs: [tensor]}``, ``{error: {code, message}}``
-                  or None. The output blocks are the stub's until its next message from
-                  the server arrives (the server copies them out on receipt).
+                  or None, or ``responses`` None (execute returned None: the answers went
+                  through response senders). The output blocks are the stub's until its
+                  next ``execute`` or ``finalize`` (the server copies them out on receipt).
 ``log``           ``{level, message}``: ``pb_utils.Logger`` output.
-``is_cancelled``  ``{id, requests: [int]}``: asks whether requests of execution ``id``
-                  (by index) were cancelled by their clients; answered by ``cancelled``.
-``bls``           ``{call, model, version, inputs, requested, parameters, decoupled}``: a
-                  BLS request (item 2; not sent yet). The server answers ``bls_result``,
-                  once, or once per response with ``final`` on the last for decoupled.
-``response``      ``{id, request, response, flags}``: a decoupled response sent through
-                  a response sender (item 3; not sent yet), with
-                  ``TRITONSERVER_RESPONSE_COMPLETE_FINAL`` in ``flags`` on the last.
+``is_cancelled``  ``{call, id, request}``: whether request ``request`` (an index) of
+                  execution ``id`` was cancelled by its client; answered by ``cancelled``.
+``response``      ``{call, id, request, outputs, error, final}``: a response sent through a
+                  response sender; answered by ``response_done``, after which the stub
+                  frees its blocks.
+``bls``           ``{call, model, version, inputs, requested, request_id, correlation_id,
+                  flags, timeout, parameters, decoupled}``: a BLS request, its input blocks
+                  freed by the stub at the first ``bls_result``.
+``bls_cancel``    ``{call}``: cancel a BLS call.
+``release``       ``{offsets}``: blocks of the input arena the stub has copied out.
 ``finalize_done`` ``{}``.
 
 Standard library only: the stub frames its first message before importing numpy.

@@ -6,6 +6,12 @@ on it too, so the model may hold the GIL as long as it likes: only this process 
 Error texts are Triton's: a Python exception becomes ``<Type>: <message>`` followed by
 ``At:`` and the model's frames, innermost first, without the stub's own frames; the
 backend's checks of what ``execute`` returned give Triton's bare sentences.
+
+The channel's reader is a thread of its own (:mod:`.stub_channel`), so that a model's
+questions to the server (response senders, BLS calls, ``is_cancelled``) are answered
+from any thread while the main thread runs ``execute``. A decoupled model's ``async def
+execute`` runs in the background, as in Triton: the instance takes its next requests
+while the coroutine awaits, so that a model may call itself through BLS.
 """
 
 from __future__ import annotations
@@ -26,10 +32,14 @@ from typing import Any, Final
 from runtimes.python_backend import messages, pb_utils, tensors
 from runtimes.python_backend.arena import Arena, ArenaFullError
 from runtimes.python_backend.messages import Message
+from runtimes.python_backend.stub_calls import ServerCalls
+from runtimes.python_backend.stub_channel import StubChannel
 
 MODULE_NAME: Final = "triton_python_backend_utils"
 """The name models import pb_utils by."""
 MODEL_CLASS: Final = "TritonPythonModel"
+DEFAULT_CALL_TIMEOUT_S: Final = 600.0
+"""The longest a model waits for one answer of the server, unless ``init`` says."""
 _PACKAGE_DIR: Final = str(Path(__file__).resolve().parent)
 
 
@@ -67,32 +77,57 @@ class ModelHost:
     """
 
     def __init__(self, sock: socket.socket, inputs: Arena, outputs: Arena, name: str) -> None:
-        self._channel = messages.Channel(sock)
+        self._channel = StubChannel(messages.Channel(sock), self._received)
         self._inputs = inputs
         self._outputs = outputs
         self._name = name
-        # Model threads may log while the main thread talks to the server.
-        self._send_lock = threading.Lock()
+        self._calls = ServerCalls(self._channel, inputs, outputs, DEFAULT_CALL_TIMEOUT_S)
         self._model: Any = None
         self._model_path = ""
         self._model_dir = ""
         self._model_name = ""
+        self._is_decoupled = False
+        # BLS is offered between initialize and finalize, as in Triton.
+        self._can_call = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The blocks of the last result's outputs: the server copied them out before it
+        # sent the main thread anything new.
+        self._result_blocks: list[int] = []
 
     # ---- pb_utils.Host ----
 
     def log(self, level: str, message: str) -> None:
-        self._send({"kind": "log", "level": level, "message": message})
+        self._channel.send({"kind": "log", "level": level, "message": message})
 
     def is_cancelled(self, execution: int, index: int) -> bool:
-        self._send({"kind": "is_cancelled", "id": execution, "requests": [index]})
-        while True:
-            reply = self._channel.receive()
-            if reply["kind"] == "cancelled" and reply.get("id") == execution:
-                return bool(reply["values"][0])
+        return self._calls.is_cancelled(execution, index)
 
     def model_dir(self) -> str:
         return self._model_dir
+
+    @property
+    def is_decoupled(self) -> bool:
+        return self._is_decoupled
+
+    def send_response(
+        self,
+        request: pb_utils.InferenceRequest,
+        response: pb_utils.InferenceResponse | None,
+        flags: int,
+    ) -> None:
+        self._calls.send_response(request, response, flags)
+
+    def call_model(
+        self, request: pb_utils.InferenceRequest, decoupled: bool
+    ) -> pb_utils.InferenceResponse | pb_utils.ResponseIterator:
+        if not self._can_call:
+            raise pb_utils.TritonModelException(
+                "BLS is only supported during the 'execute' function."
+            )
+        return self._calls.call_model(request, decoupled)
+
+    def _received(self, message: Message) -> Message:
+        return self._calls.received(message)
 
     # ---- the loop ----
 
@@ -100,14 +135,15 @@ class ModelHost:
         """Answer the server's messages until it says finalize or goes away."""
         pb_utils.bind(self)
         sys.modules[MODULE_NAME] = pb_utils
+        self._channel.start()
         while True:
-            try:
-                message = self._channel.receive()
-            except messages.ChannelClosedError:
-                return 0
-            # The server copied the last result's tensors out before it sent anything new.
-            self._outputs.free_all()
+            message = self._channel.next_work()
+            for offset in self._result_blocks:
+                self._outputs.free(offset)
+            self._result_blocks.clear()
             kind = message["kind"]
+            if kind == "closed":
+                return 0
             if kind == "execute":
                 self._send(self._execute(message))
             elif kind == "init":
@@ -119,12 +155,9 @@ class ModelHost:
                 self._finalize()
                 self._send({"kind": "finalize_done"})
                 return 0
-            else:
-                self.log("ERROR", f"stub {self._name} ignored a message of kind {kind!r}")
 
     def _send(self, message: Message) -> None:
-        with self._send_lock:
-            self._channel.send(message)
+        self._channel.send(message)
 
     # ---- model lifecycle ----
 
@@ -143,6 +176,10 @@ class ModelHost:
         return getattr(sys.modules[module_name], MODEL_CLASS)
 
     def _initialize(self, message: Message) -> str | None:
+        self._is_decoupled = bool(message.get("decoupled"))
+        timeout_s = message.get("call_timeout_s")
+        if timeout_s:
+            self._calls = ServerCalls(self._channel, self._inputs, self._outputs, timeout_s)
         try:
             model_class = self._import_model(message)
             self._model = model_class()
@@ -151,6 +188,7 @@ class ModelHost:
                 initialize(message["args"])
         except Exception as exc:
             return describe(exc)
+        self._can_call = True
         return None
 
     def _auto_complete(self, message: Message) -> Message:
@@ -171,6 +209,7 @@ class ModelHost:
         return {"kind": "auto_complete_done", "config": text}
 
     def _finalize(self) -> None:
+        self._can_call = False
         finalize = getattr(self._model, "finalize", None)
         if finalize is None:
             return
@@ -185,6 +224,7 @@ class ModelHost:
 
     def _execute(self, message: Message) -> Message:
         execution = int(message["id"])
+        requests: list[pb_utils.InferenceRequest] = []
         try:
             requests = [
                 self._request(execution, index, entry)
@@ -196,10 +236,19 @@ class ModelHost:
                 )
             returned = self._model.execute(requests)
             if asyncio.iscoroutine(returned):
-                returned = self._run_coroutine(returned)
+                if self._is_decoupled:
+                    self._run_in_background(returned, requests)
+                    returned = None
+                else:
+                    returned = self._run_coroutine(returned)
             responses = self._encode(requests, returned)
         except Exception as exc:
-            self._outputs.free_all()
+            for offset in self._result_blocks:
+                self._outputs.free(offset)
+            self._result_blocks.clear()
+            # The server fails every request of the execution; their senders are done.
+            for request in requests:
+                request.get_response_sender().close()
             error = (
                 f"Failed to process the request(s) for model '{self._name}', message: "
                 f"{describe(exc)}"
@@ -224,21 +273,51 @@ class ModelHost:
             inputs=inputs,
         )
 
-    def _run_coroutine(self, coroutine: Any) -> Any:
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
         # As Triton's stub: an async execute runs on an event loop of its own thread,
-        # which BLS's async_exec futures will also run on.
+        # which BLS's async_exec futures also run on.
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="model-loop", daemon=True).start()
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        return self._loop
+
+    def _run_coroutine(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._event_loop()).result()
+
+    def _run_in_background(
+        self, coroutine: Any, requests: Sequence[pb_utils.InferenceRequest]
+    ) -> None:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._event_loop())
+
+        def done(finished: Any) -> None:
+            error = finished.exception()
+            if error is None:
+                return
+            text = (
+                f"Failed to process the request(s) for model '{self._name}', message: "
+                f"{describe(error)}"
+            )
+            self.log("ERROR", text)
+            # Triton leaves such requests waiting for ever; here each that is still open
+            # ends with the error, so that no client waits on a coroutine that is gone.
+            for request in requests:
+                sender = request.get_response_sender()
+                failed = pb_utils.InferenceResponse(error=pb_utils.TritonError(text))
+                with contextlib.suppress(pb_utils.TritonModelException):
+                    sender.send(failed, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+        future.add_done_callback(done)
 
     def _encode(
         self, requests: Sequence[pb_utils.InferenceRequest], returned: Any
-    ) -> list[Message | None]:
+    ) -> list[Message | None] | None:
         if returned is None:
+            # Every answer went through the response senders (or goes, if decoupled).
+            return None
+        if self._is_decoupled:
             raise _BackendError(
-                f"Python model '{self._name}' returned None from execute; a model that is "
-                "not decoupled must return one InferenceResponse per request"
+                f"Python model '{self._name}' is using the decoupled mode and the execute "
+                "function must return None."
             )
         if not isinstance(returned, list):
             raise _BackendError(
@@ -250,12 +329,17 @@ class ModelHost:
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
                 f"InferenceResponse(s) size is:{len(returned)}\n"
             )
-        for response in returned:
-            if response is not None and not isinstance(response, pb_utils.InferenceResponse):
+        for request, response in zip(requests, returned, strict=True):
+            if response is None:
+                continue
+            if not isinstance(response, pb_utils.InferenceResponse):
                 raise _BackendError(
                     "Expected an 'InferenceResponse' object in the execute function return "
                     f"list, found type '{type(response)}'."
                 )
+            request.get_response_sender().count(
+                response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL, is_decoupled=False
+            )
         encoded: list[Message | None] = []
         for request, response in zip(requests, returned, strict=True):
             encoded.append(self._encode_response(request, response))
@@ -276,9 +360,11 @@ class ModelHost:
             if tensor.name() not in requested:
                 continue
             try:
-                outputs.append(tensors.write(self._outputs, tensor.name(), tensor.as_numpy()))
+                descriptor = tensors.write(self._outputs, tensor.name(), tensor.as_numpy())
             except ArenaFullError as exc:
                 raise _BackendError(str(exc)) from None
+            self._result_blocks.append(descriptor["offset"])
+            outputs.append(descriptor)
         return {"outputs": outputs}
 
 

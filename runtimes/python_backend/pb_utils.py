@@ -7,18 +7,21 @@ Python backend (r24.10): ``Tensor``, ``InferenceRequest``, ``InferenceResponse``
 ``TritonError`` with its codes, ``TritonModelException``, ``Logger``, ``ModelConfig``
 and the helpers, so that models written for Triton run unchanged.
 
-Not yet here (issue 16 items 2 and 3): BLS (``InferenceRequest.exec`` and
-``async_exec``) and response senders (decoupled models); both raise
-``TritonModelException`` saying so. Metrics (``MetricFamily``) and GPU memory
-(``PreferredMemory`` other than the default) are not offered.
+BLS (``InferenceRequest.exec`` and ``async_exec``, with ``decoupled=True`` an iterator
+of responses) and response senders (decoupled models, or one response of a model that
+is not) are answered by the stub's host, which talks to the server (:class:`Host`).
+Metrics (``MetricFamily``) and GPU memory (``PreferredMemory`` other than the default)
+are not offered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import json
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Protocol
 
 import numpy as np
@@ -48,6 +51,7 @@ __all__ = [
     "Logger",
     "ModelConfig",
     "PreferredMemory",
+    "ResponseIterator",
     "Tensor",
     "TritonError",
     "TritonModelException",
@@ -90,6 +94,25 @@ class Host(Protocol):
 
     def model_dir(self) -> str:
         """The folder of ``model.py``."""
+        ...
+
+    @property
+    def is_decoupled(self) -> bool:
+        """The model's config says ``decoupled: true``."""
+        ...
+
+    def send_response(
+        self, request: InferenceRequest, response: InferenceResponse | None, flags: int
+    ) -> None:
+        """Send one response of ``request`` (the sender's checks passed) and wait for the
+        server to take it; TritonModelException when it refuses."""
+        ...
+
+    def call_model(
+        self, request: InferenceRequest, decoupled: bool
+    ) -> InferenceResponse | ResponseIterator:
+        """Run a BLS request: its one response, or with ``decoupled`` an iterator of its
+        responses. TritonModelException outside ``execute``."""
         ...
 
 
@@ -241,6 +264,9 @@ class InferenceResponse:
             raise TypeError(f"InferenceResponse error must be a TritonError, found {type(error)}")
         self._outputs = outputs
         self._error = error
+        self.is_last = True
+        """The last response of its request (a decoupled BLS call's iterator ends there)."""
+        self._parameters = "{}"
 
     def output_tensors(self) -> list[Tensor]:
         return self._outputs
@@ -251,21 +277,102 @@ class InferenceResponse:
     def error(self) -> TritonError | None:
         return self._error
 
+    def parameters(self) -> str:
+        """The response's parameters as a JSON object text."""
+        return self._parameters
+
 
 class InferenceResponseSender:
-    """Sends a decoupled model's responses; not offered yet (issue 16 item 3)."""
+    """Sends a request's responses: any number for a decoupled model, the last one with
+    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; at most one for a model that is not."""
 
     def __init__(self, request: InferenceRequest) -> None:
         self._request = request
+        self._lock = threading.Lock()
+        self._closed = False
+        self._sent = 0
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        raise TritonModelException(
-            "response senders (decoupled models) are not supported by zeroserve yet; "
-            "return one InferenceResponse per request from execute"
-        )
+        if flags not in (TRITONSERVER_RESPONSE_COMPLETE_FINAL, 0):
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
+        host = _Binding.host
+        if host is None or self._request._execution is None:
+            raise TritonModelException(
+                "Unable to send response. Response sender has no reference to the decoupled "
+                "state of the model."
+            )
+        self.count(response, flags, is_decoupled=host.is_decoupled)
+        host.send_response(self._request, response, flags)
+
+    def count(self, response: InferenceResponse | None, flags: int, *, is_decoupled: bool) -> None:
+        """Check that ``response`` may be sent now and count it (Triton's rules and texts)."""
+        with self._lock:
+            if not is_decoupled:
+                if response is not None and self._sent > 0:
+                    raise TritonModelException(
+                        "Unable to send response. Non-decoupled model cannot send more than "
+                        "one response."
+                    )
+                if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                    if self._sent == 0:
+                        raise TritonModelException(
+                            "Unable to send response. Non-decoupled model cannot send "
+                            "complete final before sending a response."
+                        )
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+                self._closed = True
+            self._sent += 1
+
+    def close(self) -> None:
+        """No more responses (the execution failed: the server answered for it)."""
+        with self._lock:
+            self._closed = True
+
+    @property
+    def has_sent(self) -> bool:
+        return self._sent > 0
 
     def is_cancelled(self) -> bool:
         return self._request.is_cancelled()
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS call (``exec(decoupled=True)``), in order; the
+    last one is final and may carry no outputs."""
+
+    def __init__(
+        self,
+        next_response: Callable[[], InferenceResponse | None],
+        cancel: Callable[[], None],
+    ) -> None:
+        self._next_response = next_response
+        self._cancel = cancel
+        self._is_finished = False
+
+    def __iter__(self) -> Iterator[InferenceResponse]:
+        return self
+
+    def __next__(self) -> InferenceResponse:
+        if self._is_finished:
+            raise StopIteration
+        response = self._next_response()
+        if response is None or response.is_last:
+            self._is_finished = True
+        if response is None:
+            raise StopIteration
+        return response
+
+    def cancel(self) -> None:
+        """Ask the server to cancel the call; the responses still come to their end."""
+        self._cancel()
 
 
 class InferenceRequest:
@@ -291,8 +398,9 @@ class InferenceRequest:
         self._id = str(request_id)
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
-        self._requested = list(requested_output_names)
-        self._model_name = model_name
+        # Models often pass names straight from a BYTES tensor, as Triton's accepts.
+        self._requested = [_text(name) for name in requested_output_names]
+        self._model_name = _text(model_name)
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -332,6 +440,12 @@ class InferenceRequest:
 
     def inputs(self) -> list[Tensor]:
         return self._inputs
+
+    def position(self) -> tuple[int, int]:
+        """The execution this request came in and its index there (received requests)."""
+        if self._execution is None:
+            raise TritonModelException("only a request execute received has a response sender")
+        return self._execution, self._index
 
     def request_id(self) -> str:
         return self._id
@@ -378,13 +492,25 @@ class InferenceRequest:
                 "supported by zeroserve"
             )
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        raise TritonModelException("BLS (InferenceRequest.exec) is not supported by zeroserve yet")
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
+
+    def exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """Run this request on the server's model ``model_name`` (BLS) and wait for its
+        response, or with ``decoupled`` for the first of its responses."""
+        host = _Binding.host
+        if host is None:
+            raise TritonModelException("BLS is only supported during the 'execute' function.")
+        return host.call_model(self, bool(decoupled))
 
     def async_exec(self, decoupled: bool = False) -> Any:
-        raise TritonModelException(
-            "BLS (InferenceRequest.async_exec) is not supported by zeroserve yet"
-        )
+        """:meth:`exec` as an awaitable of the running event loop (an ``async def
+        execute``), run in the loop's default executor as Triton's stub runs it."""
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, self.exec, decoupled)
 
 
 class InferenceTrace:
@@ -470,6 +596,10 @@ def serialize_byte_tensor(input_tensor: np.ndarray) -> bytes | tuple[()] | None:
 def deserialize_bytes_tensor(encoded_tensor: bytes) -> np.ndarray:
     """The flat object array of ``bytes`` a BYTES serialization holds."""
     return tensors.deserialize_bytes(encoded_tensor)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _parameters_json(parameters: dict[str, Any]) -> str:

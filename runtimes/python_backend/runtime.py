@@ -118,6 +118,7 @@ class StubRuntime(ModelRuntime):
             "version": model_dir.name,
             "model": self.name,
             "decoupled": config.model_transaction_policy.decoupled,
+            "call_timeout_s": limits.execute_timeout_s,
         }
         results = await asyncio.gather(
             *(self._start(name, command, limits, init, base_args) for name in names),
@@ -154,7 +155,13 @@ class StubRuntime(ModelRuntime):
             started = await asyncio.to_thread(process.start, name, command, limits)
         except process.StubError as exc:
             raise ModelLoadError(model=self.name, reason=str(exc)) from exc
-        stub = StubProcess(started, limits, on_death=self._stub_died)
+        stub = StubProcess(
+            started,
+            limits,
+            on_death=self._stub_died,
+            caller=self.options.models,
+            response_error=response_error,
+        )
         try:
             await stub.open()
             args = {**base_args, "model_instance_name": name}
@@ -205,9 +212,9 @@ class StubRuntime(ModelRuntime):
             raise InternalError("no idle Python stub; more executions than instances") from None
         try:
             entries = [_entry(request.context) for request in requests]
-            checks = [request.context.is_cancelled for request in requests]
+            contexts = [request.context for request in requests]
             try:
-                reply = await stub.execute(entries, [r.inputs for r in requests], checks)
+                reply = await stub.execute(entries, [r.inputs for r in requests], contexts)
             except StubDeadError as exc:
                 raise InternalError(str(exc)) from None
             except ArenaFullError as exc:
@@ -218,8 +225,10 @@ class StubRuntime(ModelRuntime):
         if error is not None:
             raise InternalError(str(error))
         return [
-            _outcome(response, stub.name, index)
-            for index, response in enumerate(reply["responses"])
+            {} if request.context.responses is not None else _outcome(response, stub.name, index)
+            for index, (request, response) in enumerate(
+                zip(requests, reply["responses"], strict=True)
+            )
         ]
 
     def on_failure(self, callback: Callable[[str], None]) -> None:
@@ -280,12 +289,17 @@ def _entry(context: RequestContext) -> Message:
 def _outcome(response: Message | None, stub: str, index: int) -> RequestOutcome:
     if response is None:
         return InternalError(
-            f"Python model instance '{stub}' sent no response for request {index}; response "
-            "senders are not supported by zeroserve yet"
+            f"Python model instance '{stub}' sent no response for request {index}: execute "
+            "returned none for it and its response sender sent none"
         )
     error = response.get("error")
     if error is not None:
-        kind = _ERROR_KINDS.get(str(error.get("code")), InternalError)
-        return kind(str(error.get("message", "")))
+        return response_error(error)
     arrays: dict[str, np.ndarray] = response["arrays"]
     return arrays
+
+
+def response_error(error: Message) -> ZeroserveError:
+    """The error a response's ``{code, message}`` gives its client."""
+    kind = _ERROR_KINDS.get(str(error.get("code")), InternalError)
+    return kind(str(error.get("message", "")))

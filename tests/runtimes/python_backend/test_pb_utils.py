@@ -139,12 +139,16 @@ def test_request_parameters_are_checked_as_triton_checks_them():
         )
 
 
-def test_what_is_not_offered_yet_says_so():
+def test_outside_a_stub_bls_and_senders_refuse_with_tritons_texts():
     request = pb_utils.InferenceRequest(inputs=[], requested_output_names=[], model_name="m")
-    with pytest.raises(pb_utils.TritonModelException, match="BLS"):
+    with pytest.raises(pb_utils.TritonModelException, match="only supported during"):
         request.exec()
-    with pytest.raises(pb_utils.TritonModelException, match="response senders"):
+    with pytest.raises(pb_utils.TritonModelException, match="decoupled state"):
         request.get_response_sender().send(pb_utils.InferenceResponse())
+    with pytest.raises(pb_utils.TritonModelException, match="Unsupported flag"):
+        request.get_response_sender().send(pb_utils.InferenceResponse(), flags=4)
+    with pytest.raises(pb_utils.TritonModelException, match="must be provided"):
+        request.get_response_sender().send()
     with pytest.raises(pb_utils.TritonModelException, match="RESCHEDULE"):
         request.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
 
