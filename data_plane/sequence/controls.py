@@ -40,6 +40,30 @@ class ControlTensors:
     def __init__(self, controls: Sequence[Control], *, batching: bool) -> None:
         self._controls = tuple(controls)
         self._batching = batching
+        self._corrid = tuple(c for c in self._controls if c.kind == CORRID)
+        self._by_flags: dict[int, dict[str, np.ndarray]] = {}
+
+    def for_request(self, flags: int, correlation_id: CorrelationId) -> dict[str, np.ndarray]:
+        """The control tensors of one real request (one row). The boolean ones depend on
+        the flags alone and are made once per flags value, read-only (an engine must not
+        write its inputs)."""
+        key = flags & (START | END)
+        shared = self._by_flags.get(key)
+        if shared is None:
+            corrid = {c.name for c in self._corrid}
+            shared = {n: t for n, t in self.for_rows([(key, 0)]).items() if n not in corrid}
+            for tensor in shared.values():
+                tensor.flags.writeable = False
+            self._by_flags[key] = shared
+        if not self._corrid:
+            return shared
+        tensors = dict(shared)
+        shape = (1, 1) if self._batching else (1,)
+        for control in self._corrid:
+            value = _corrid(control.datatype, correlation_id)
+            dtype = NUMPY_DTYPES[control.datatype]
+            tensors[control.name] = np.array([value], dtype=dtype).reshape(shape)
+        return tensors
 
     @property
     def names(self) -> tuple[str, ...]:

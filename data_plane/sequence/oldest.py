@@ -37,6 +37,7 @@ class OldestLane:
         table: the batcher's sequence table (shared by its lanes).
         batcher: the lane's dynamic batcher (one instance), started and closed here.
         controls: builds the control tensors.
+        takes_requests: the engine takes separate requests (they need their context).
         on_slot_given: called with a backlogged run this lane gave a slot.
         on_dequeue: called with the number of requests that left the queues.
         on_executed: called after each execution has ended.
@@ -50,6 +51,7 @@ class OldestLane:
         batcher: Batcher,
         controls: ControlTensors,
         *,
+        takes_requests: bool,
         on_slot_given: Callable[[Run[SequenceRequest]], None],
         on_dequeue: Callable[[int], None],
         on_executed: Callable[[], None],
@@ -59,6 +61,7 @@ class OldestLane:
         self._table = table
         self._batcher = batcher
         self._controls = controls
+        self._takes_requests = takes_requests
         self._on_slot_given = on_slot_given
         self._on_dequeue = on_dequeue
         self._on_executed = on_executed
@@ -146,7 +149,7 @@ class OldestLane:
             result = await self._batcher.submit(
                 inputs,
                 request_id=request.request_id,
-                context=request.model_context(),
+                context=request.model_context() if self._takes_requests else None,
             )
         except asyncio.CancelledError:
             fail(request, ServerStoppingError())

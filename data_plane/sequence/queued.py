@@ -100,7 +100,7 @@ def model_inputs(
     """The request's inputs as the model takes them: the client's, the control tensors for
     its flags, and the sequence's state (reset first when the request has START)."""
     inputs = dict(request.inputs)
-    inputs.update(controls.for_rows([(request.flags, request.correlation_id)]))
+    inputs.update(controls.for_request(request.flags, request.correlation_id))
     if specs:
         inputs.update(current_state(request, run, specs))
     return inputs

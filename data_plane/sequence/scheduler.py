@@ -114,6 +114,7 @@ class SequenceBatcher:
                         execute_requests=execute_requests,
                     ),
                     controls,
+                    takes_requests=execute_requests is not None,
                     on_slot_given=self._slot_given,
                     on_dequeue=self._dequeued,
                     on_executed=self._check_drained,
@@ -123,6 +124,8 @@ class SequenceBatcher:
         self._pending = 0
         self._reaper: asyncio.Task[None] | None = None
         self._reaper_wake = asyncio.Event()
+        self._reaper_due_us = -1
+        """When the reaper next looks by itself (-1: it waits to be woken)."""
         self._is_started = False
         self._closing = False
         self._drained = asyncio.Event()
@@ -224,9 +227,18 @@ class SequenceBatcher:
         elif admission.is_new and run.slot is None:
             logger.debug("sequence %s of %s waits for a slot", correlation_id, policy.model)
         self._route(run, is_new_slot=admission.has_new_slot)
-        if run.slot is None and timeout_us or admission.has_new_slot:
-            self._reaper_wake.set()
+        if admission.has_new_slot:
+            self._wake_reaper_by(now // 1000 + policy.idle_us)
+        elif run.slot is None and timeout_us:
+            self._wake_reaper_by(run.expires_us)
         return await request.future
+
+    def _wake_reaper_by(self, due_us: int) -> None:
+        """Wake the reaper if ``due_us`` comes before what it waits for: each wake scans
+        every live sequence, so it is not woken for what it will see in time anyway."""
+        if self._reaper_due_us < 0 or due_us < self._reaper_due_us:
+            self._reaper_due_us = due_us
+            self._reaper_wake.set()
 
     def _route(self, run: Run[SequenceRequest], *, is_new_slot: bool) -> None:
         slot = run.slot
@@ -241,8 +253,9 @@ class SequenceBatcher:
             lane.kick(run)
 
     def _slot_given(self, run: Run[SequenceRequest]) -> None:
-        """A lane gave a backlogged run its slot: the reaper now watches its idleness."""
-        self._reaper_wake.set()
+        """A lane gave a backlogged run its slot: the reaper now watches its idleness
+        (counted from its last request, which may be long past)."""
+        self._wake_reaper_by(run.last_seen_us + self._policy.idle_us)
 
     def _dequeued(self, count: int) -> None:
         self._pending -= count
@@ -321,6 +334,7 @@ class SequenceBatcher:
             for run in expired:
                 self._fail_run(run, timeout)
             dues = [due for due in (idle_due, backlog_due) if due >= 0]
+            self._reaper_due_us = min(dues, default=-1)
             if not dues:
                 await self._reaper_wake.wait()
                 continue

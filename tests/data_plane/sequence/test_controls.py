@@ -77,3 +77,18 @@ def test_corrid_encodings(datatype: str, correlation_id: int | str, expected: ob
 def test_corrid_of_a_filler_string_tensor_is_empty() -> None:
     controls = (Control(CORRID, "C", "BYTES"),)
     assert ControlTensors(controls, batching=True).for_rows([None])["C"].tolist() == [[b""]]
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_one_request_gets_the_same_tensors_as_a_row(batching: bool) -> None:
+    tensors = ControlTensors(CONTROLS, batching=batching)
+    for flags in (START, 0, END, START | END):
+        for cid in (3, "abc"):
+            one = tensors.for_request(flags, cid)
+            row = tensors.for_rows([(flags, cid)])
+            assert {n: (t.dtype, t.shape, t.tolist()) for n, t in one.items()} == {
+                n: (t.dtype, t.shape, t.tolist()) for n, t in row.items()
+            }
+    shared = tensors.for_request(START, 1)["S"]
+    assert shared is tensors.for_request(START, 2)["S"]  # made once per flags value
+    assert not shared.flags.writeable
