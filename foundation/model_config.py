@@ -12,9 +12,10 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from google.protobuf import json_format, text_format
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from foundation import ensemble_config
 from foundation.proto.model_config_pb2 import (
@@ -399,7 +400,30 @@ def to_json(config: ModelConfig) -> dict[str, Any]:
     if scheduling is not None and not scheduling.get("max_inflight_requests"):
         # Newer than Triton 2.51's schema, whose configs print no such key: shown when set.
         scheduling.pop("max_inflight_requests", None)
-    return doc
+    # Triton prints fields in the schema's order; protobuf's printer puts set fields first.
+    return _in_field_order(doc, cast(Descriptor, ModelConfig.DESCRIPTOR))
+
+
+def _in_field_order(doc: dict[str, Any], descriptor: Descriptor) -> dict[str, Any]:
+    ordered: dict[str, Any] = {}
+    for field in descriptor.fields:
+        if field.name in doc:
+            ordered[field.name] = _field_in_order(doc[field.name], field)
+    for key, value in doc.items():
+        ordered.setdefault(key, value)
+    return ordered
+
+
+def _field_in_order(value: Any, field: FieldDescriptor) -> Any:
+    message = field.message_type
+    if message is None:
+        return value
+    if message.GetOptions().map_entry:
+        entry = message.fields_by_name["value"]
+        return {key: _field_in_order(item, entry) for key, item in value.items()}
+    if field.is_repeated:
+        return [_in_field_order(item, message) for item in value]
+    return _in_field_order(value, message)
 
 
 def _ints_at(node: Any, path: tuple[str, ...]) -> None:

@@ -284,7 +284,8 @@ async def test_lookups_and_model_control_answer_as_triton(pair: Pair):
     expected, actual = await pair.send("POST", "/v2/repository/models/add_sub/load")
     assert expected.status == actual.status == 200
     await pair.same("GET", "/v2/models/add_sub")
-    await pair.same("GET", "/v2/models/add_sub/config")
+    expected, actual = await pair.send("GET", "/v2/models/add_sub/config")
+    assert actual.text == expected.text  # to the byte: same fields, defaults and order
     await pair.same("GET", "/v2/models/add_sub/versions/7/ready")
     await pair.same("GET", "/v2/models/add_sub/versions/7")
     await pair.same("POST", "/v2/models/add_sub/versions/7/infer", _infer([1.0], [1, 1]))

@@ -189,3 +189,48 @@ def test_optimization_keeps_what_the_config_says():
     assert printed["priority"] == "PRIORITY_MAX"
     assert printed["input_pinned_memory"] == {"enable": False}
     assert printed["output_pinned_memory"] == {"enable": True}
+
+
+def test_to_json_prints_fields_in_tritons_order():
+    config = _normalized("max_batch_size: 4 instance_group [{ count: 1 kind: KIND_CPU }]")
+    doc = model_config.to_json(config)
+    # Triton 2.51's /config order: the schema's (protobuf's printer puts set fields first).
+    assert list(doc) == [
+        "name",
+        "platform",
+        "backend",
+        "runtime",
+        "version_policy",
+        "max_batch_size",
+        "input",
+        "output",
+        "batch_input",
+        "batch_output",
+        "optimization",
+        "instance_group",
+        "default_model_filename",
+        "cc_model_filenames",
+        "metric_tags",
+        "parameters",
+        "model_warmup",
+    ]
+    assert list(doc["input"][0]) == [
+        "name",
+        "data_type",
+        "format",
+        "dims",
+        "is_shape_tensor",
+        "allow_ragged_batch",
+        "optional",
+        "is_non_linear_format_io",
+    ]
+    assert list(doc["instance_group"][0]) == [
+        "name",
+        "kind",
+        "count",
+        "gpus",
+        "secondary_devices",
+        "profile",
+        "passive",
+        "host_policy",
+    ]
