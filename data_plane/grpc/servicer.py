@@ -11,6 +11,7 @@ log control, which its HTTP routes act on too.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
@@ -26,13 +27,22 @@ from data_plane.grpc.codec import (
     parse,
 )
 from data_plane.grpc.status import abort
-from data_plane.grpc.stream import StreamInfer
+from data_plane.grpc.stream import (
+    StreamInfer,
+    error_response,
+    final_response,
+    model_error_response,
+)
 from data_plane.handlers import Handlers
+from data_plane.handlers.infer import InferResponse
 from foundation.proto import grpc_service_pb2 as pb
 
 SERVICE: Final = "inference.GRPCInferenceService"
 
 _NAMED_REPOSITORY = "'repository_name' specification is not supported"
+_DECOUPLED_UNARY: Final = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+_EMPTY_FINAL: Final = "triton_enable_empty_final_response"
+"""The request parameter asking for a response to a bare final flag."""
 
 
 class InferenceServicer:
@@ -41,7 +51,7 @@ class InferenceServicer:
 
     def __init__(self, handlers: Handlers, *, stream_max_in_flight: int) -> None:
         self._handlers = handlers
-        self._stream = StreamInfer(self.ModelInfer, max_in_flight=stream_max_in_flight)
+        self._stream = StreamInfer(self._stream_responses, max_in_flight=stream_max_in_flight)
 
     async def ServerLive(self, request: pb.ServerLiveRequest) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._handlers.server.live())
@@ -79,8 +89,43 @@ class InferenceServicer:
     async def ModelInfer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         handler = self._handlers.infer
         model = handler.model(request.model_name, model_version(request.model_version))
+        handler.check_not_decoupled(model, _DECOUPLED_UNARY)
         response = await handler.infer(model, decode_infer_request(request, model.name))
         return encode_infer_response(response)
+
+    async def _stream_responses(
+        self, request: pb.ModelInferRequest
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """A stream's request to its responses: one for a model that is not decoupled,
+        each of a decoupled model's, an empty final one only where the request enables
+        it, as Triton sends them."""
+        handler = self._handlers.infer
+        try:
+            model = handler.model(request.model_name, model_version(request.model_version))
+            decoded = decode_infer_request(request, model.name)
+            if not model.config.model_transaction_policy.decoupled:
+                response = encode_infer_response(await handler.infer(model, decoded))
+                yield final_response(response, is_final=True)
+                return
+            stream = handler.stream(model, decoded)
+        except Exception as exc:
+            yield error_response(request, exc)
+            return
+        empty_final = request.parameters.get(_EMPTY_FINAL)
+        is_empty_final_sent = empty_final is not None and empty_final.bool_param
+        async with contextlib.aclosing(stream):
+            async for answer in stream:
+                if answer.error is not None:
+                    yield model_error_response(request, model.name, answer.error)
+                    return
+                if answer.outputs or not answer.is_final:
+                    response = encode_infer_response(
+                        InferResponse(model.name, str(model.version), request.id, answer.outputs)
+                    )
+                    yield final_response(response, is_final=answer.is_final)
+                elif is_empty_final_sent:
+                    empty = pb.ModelInferResponse(id=request.id, model_name=model.name)
+                    yield final_response(empty, is_final=True)
 
     def ModelStreamInfer(
         self, requests: AsyncIterator[bytes]

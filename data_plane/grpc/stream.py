@@ -1,23 +1,25 @@
-"""ModelStreamInfer: many infer requests on one bidirectional stream, one response each.
+"""ModelStreamInfer: many infer requests on one bidirectional stream.
 
 Requests run concurrently, as on separate calls, and each response goes out when ready,
-as Triton sends them; a client matches them to its requests by ``id``. A request that
-fails gets a response carrying ``error_message`` (and its ``id``) and the stream goes on;
-successful responses carry the ``triton_final_response`` parameter, as Triton's do. At
-most ``max_in_flight`` requests of a stream are running or answered but unsent: past that
-the stream is not read until a response is sent, so a client that does not read its
-answers meets gRPC's flow control instead of growing the server's memory.
+as Triton sends them; a client matches them to its requests by ``id``. A request to a
+model that is not decoupled gets one response; one to a decoupled model gets each of
+its model's responses (see the servicer's responder). A request that fails gets a
+response carrying ``error_message`` (and its ``id``) and the stream goes on; responses
+carry the ``triton_final_response`` parameter, as Triton's do. At most ``max_in_flight``
+requests of a stream are running and at most as many responses wait to be sent: past
+that the stream is not read, and a decoupled model waits to send, until a response is
+sent, so a client that does not read its answers meets gRPC's flow control instead of
+growing the server's memory.
 
 A message that is not a ModelInferRequest ends the stream, once the requests before it
 are answered, with Triton's unary answer (INTERNAL, "Unable to parse request"); Triton
 itself closes such a stream with no status, which a client cannot tell from a clean end.
-The data plane's models are not decoupled: each request has exactly one response.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,10 +31,13 @@ FINAL_RESPONSE = "triton_final_response"
 """The response parameter telling a streaming client that a request is fully answered."""
 
 
-class Infer(Protocol):
-    """One infer request to its response, raising the data plane's errors."""
+class Respond(Protocol):
+    """One infer request to its responses (the last one final); errors come as
+    responses carrying them."""
 
-    def __call__(self, request: pb.ModelInferRequest) -> Awaitable[pb.ModelInferResponse]: ...
+    def __call__(
+        self, request: pb.ModelInferRequest
+    ) -> AsyncIterator[pb.ModelStreamInferResponse]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +49,10 @@ class _End:
 
 
 class StreamInfer:
-    """Serves ModelStreamInfer streams with ``infer``."""
+    """Serves ModelStreamInfer streams with ``respond``."""
 
-    def __init__(self, infer: Infer, *, max_in_flight: int) -> None:
-        self._infer = infer
+    def __init__(self, respond: Respond, *, max_in_flight: int) -> None:
+        self._respond = respond
         self._max_in_flight = max_in_flight
 
     async def stream(
@@ -56,13 +61,18 @@ class StreamInfer:
         """The responses to ``requests`` (serialized ModelInferRequests), as they are
         ready; raises the error the stream must end with, if any. Closing the stream
         cancels the requests still running."""
-        # Bounded by the slots: a response holds its slot until it is taken from here.
-        ready: asyncio.Queue[pb.ModelStreamInferResponse | _End] = asyncio.Queue()
+        ready: asyncio.Queue[pb.ModelStreamInferResponse | _End] = asyncio.Queue(
+            self._max_in_flight + 1
+        )
         slots = asyncio.Semaphore(self._max_in_flight)
         running: set[asyncio.Task[None]] = set()
 
         async def answer(request: pb.ModelInferRequest) -> None:
-            ready.put_nowait(await self._respond(request))
+            try:
+                async for response in self._respond(request):
+                    await ready.put(response)
+            finally:
+                slots.release()
 
         async def read() -> None:
             end = _End(None)
@@ -78,7 +88,7 @@ class StreamInfer:
             # The end goes after every answer: wait for the requests still running.
             while running:
                 await asyncio.wait(set(running))
-            ready.put_nowait(end)
+            await ready.put(end)
 
         reader = asyncio.create_task(read(), name="grpc-stream-reader")
         try:
@@ -88,7 +98,6 @@ class StreamInfer:
                     if item.error is not None:
                         raise item.error
                     return
-                slots.release()
                 yield item
         finally:
             reader.cancel()
@@ -96,13 +105,29 @@ class StreamInfer:
                 task.cancel()
             await asyncio.gather(reader, *running, return_exceptions=True)
 
-    async def _respond(self, request: pb.ModelInferRequest) -> pb.ModelStreamInferResponse:
-        try:
-            response = await self._infer(request)
-        except Exception as exc:
-            _, message = error_status(exc, "ModelStreamInfer")
-            return pb.ModelStreamInferResponse(
-                error_message=message, infer_response=pb.ModelInferResponse(id=request.id)
-            )
-        response.parameters[FINAL_RESPONSE].bool_param = True
-        return pb.ModelStreamInferResponse(infer_response=response)
+
+def error_response(request: pb.ModelInferRequest, error: Exception) -> pb.ModelStreamInferResponse:
+    """A request refused before its model ran: its id and the error."""
+    _, message = error_status(error, "ModelStreamInfer")
+    return pb.ModelStreamInferResponse(
+        error_message=message, infer_response=pb.ModelInferResponse(id=request.id)
+    )
+
+
+def final_response(
+    response: pb.ModelInferResponse, *, is_final: bool
+) -> pb.ModelStreamInferResponse:
+    """``response`` with Triton's ``triton_final_response`` parameter."""
+    response.parameters[FINAL_RESPONSE].bool_param = is_final
+    return pb.ModelStreamInferResponse(infer_response=response)
+
+
+def model_error_response(
+    request: pb.ModelInferRequest, model: str, error: Exception
+) -> pb.ModelStreamInferResponse:
+    """A model's error ending its request, as Triton sends it: the id, the model's name
+    and the final flag beside the error."""
+    _, message = error_status(error, "ModelStreamInfer")
+    response = pb.ModelInferResponse(id=request.id, model_name=model)
+    response.parameters[FINAL_RESPONSE].bool_param = True
+    return pb.ModelStreamInferResponse(error_message=message, infer_response=response)

@@ -14,10 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from data_plane import inference
-from data_plane.errors import ServerStoppingError
+from data_plane.errors import InvalidArgumentError, ServerStoppingError, UnsupportedError
 from data_plane.handlers.shared_memory import SharedMemoryHandlers
 from data_plane.protocol import InferRequest, OutputTensor
 from data_plane.repository import LoadedVersion, ModelRepository
+from data_plane.response_stream import ResponseStream
 from data_plane.state import Lifecycle
 from data_plane.trace import TraceManager
 
@@ -76,3 +77,19 @@ class InferHandler:
             id=request.id,
             outputs=outputs,
         )
+
+    def stream(self, model: LoadedVersion, request: InferRequest) -> ResponseStream:
+        """The responses of a decoupled ``model`` to ``request``, as they come; raises now
+        what the request alone is refused for (see :func:`inference.open_stream`).
+        Shared-memory inputs and outputs are not offered on streams."""
+        if request.uses_shared_memory:
+            raise InvalidArgumentError(
+                f"model '{model.name}' is decoupled: its requests cannot use shared memory here"
+            )
+        return inference.open_stream(model, request)
+
+    def check_not_decoupled(self, model: LoadedVersion, message: str) -> None:
+        """UnsupportedError with ``message`` (the transport's Triton text) for a decoupled
+        model, whose answers only a stream can carry."""
+        if model.config.model_transaction_policy.decoupled:
+            raise UnsupportedError(message)

@@ -10,6 +10,9 @@ followed by the completion unless ``exclude_input_in_output`` is true; ``generat
 sends one such object per server-sent event with the new text only. Errors before the
 stream are Triton's ``{"error"}`` bodies; one during the stream is a last ``{"error"}`` event.
 A client that leaves aborts its generation.
+
+Models that are not language models (Python-backend models, decoupled ones among them)
+are served by :mod:`data_plane.routes.generate_tensors`.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from data_plane.routes.body import (
     read_body,
     until_disconnected,
 )
+from data_plane.routes.generate_tensors import generate_tensors
 from data_plane.routes.models import path_version
 from runtimes.llm.base import DEFAULT_MAX_TOKENS, EXCLUDE_INPUT, SAMPLING_INPUT, TEXT_INPUT
 from runtimes.sampling import sampling_from_mapping
@@ -57,6 +61,13 @@ async def _generate(request: Request, *, is_stream: bool) -> Response:
     handler: GenerateHandler = request.state.handlers.generate
     try:
         handler.check_accepting()  # before the version in the path is checked
+        loaded = request.state.handlers.infer.model(
+            request.path_params["name"], path_version(request)
+        )
+        if loaded.capabilities.generation is None:
+            # Any other model takes its inputs by name (Triton's generate on tensors).
+            body = await read_body(request, request.state.settings.max_input_bytes)
+            return await generate_tensors(request, loaded, json_object(body), is_stream=is_stream)
         model = handler.model(request.path_params["name"], path_version(request))
         body = await read_body(request, request.state.settings.max_input_bytes)
         generate_request = _decode(json_object(body))

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 _PREFIX = "/v2/models/"
 _SUFFIX = "/infer"
+_DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 _JSON = (b"content-type", b"application/json")
 _BINARY = (b"content-type", b"application/octet-stream")
 
@@ -91,6 +92,7 @@ async def _handle(
 ) -> tuple[list[tuple[bytes, bytes]], bytes]:
     handler = state["handlers"].infer
     model = handler.model(name, version)
+    handler.check_not_decoupled(model, _DECOUPLED)
     max_bytes = state["settings"].max_input_bytes
     body = await read_asgi_body(receive, headers.get(b"content-length"), max_bytes)
     encoding = headers.get(b"content-encoding")
