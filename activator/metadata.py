@@ -7,7 +7,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 __all__ = ["EXTENSIONS", "SERVER_NAME", "server_version"]
 
-SERVER_NAME = "zeroserve"
+SERVER_NAME = "triton"
+"""Triton's default server name, which its clients and examples check; the version says
+which zeroserve answers."""
 
 EXTENSIONS = (
     "classification",

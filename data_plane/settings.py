@@ -52,8 +52,9 @@ class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig, GrpcLimits):
     repository_poll_s: float = Field(default=15.0, gt=0)
     """Seconds between two scans of the repository in poll mode (Triton's
     ``--repository-poll-secs``)."""
-    server_id: str = Field(default="zeroserve", min_length=1)
-    """The server's name in its metadata (Triton's ``--id``)."""
+    server_id: str = Field(default="triton", min_length=1)
+    """The server's name in its metadata (Triton's ``--id``; its default, as
+    ``data_plane.handlers.server.SERVER_NAME`` says why)."""
     model_warmup_timeout_s: float = Field(default=600.0, gt=0)
     """Bound on the ``model_warmup`` runs of one model version, all samples together."""
     load_models: tuple[str, ...] = ()

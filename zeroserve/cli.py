@@ -44,7 +44,11 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         help="seconds between two scans of the repository in poll mode (default 15)",
     )
-    serve.add_argument("--id", default=None, help="the server's name in its metadata")
+    serve.add_argument(
+        "--id",
+        default=None,
+        help="the server's name in its metadata (default: triton, as Triton's)",
+    )
     serve.add_argument(
         "--load-model",
         action="append",

@@ -9,8 +9,9 @@ from data_plane.metrics import Metrics
 from data_plane.repository import ModelRepository
 from data_plane.state import Lifecycle
 
-SERVER_NAME = "zeroserve"
-"""The name server metadata gives unless the server is given another."""
+SERVER_NAME = "triton"
+"""The name server metadata gives unless the server is given another (Triton's ``--id``):
+Triton's default, since Triton's clients and examples check it."""
 
 EXTENSIONS = (
     "classification",

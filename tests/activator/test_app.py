@@ -36,7 +36,7 @@ async def test_health_and_server_metadata() -> None:
         assert (await client.get("/v2/health/live")).status_code == 200
         assert (await client.get("/v2/health/ready")).status_code == 200
         meta = (await client.get("/v2")).json()
-        assert meta["name"] == "zeroserve"
+        assert meta["name"] == "triton"
         assert "binary_tensor_data" in meta["extensions"]
         assert "model_repository" not in meta["extensions"]
 

@@ -42,7 +42,7 @@ def test_bounds(tmp_path: Path, fields: dict[str, object]):
 
 async def test_the_server_id_names_the_server_in_its_metadata(tmp_path: Path):
     async with data_plane_core(tmp_path, tmp_path / "cache") as core:
-        assert core.handlers.server.metadata().name == "zeroserve"
+        assert core.handlers.server.metadata().name == "triton"
         named = Handlers.create(
             core.repository, core.lifecycle, core.metrics, is_explicit=True, server_id="edge-7"
         )

@@ -103,7 +103,7 @@ async def test_infer_and_metadata_from_zero_with_tritonclient(
     client = grpcclient.InferenceServerClient(address)
     try:
         assert client.is_server_live() and client.is_server_ready()
-        assert client.get_server_metadata().name == "zeroserve"
+        assert client.get_server_metadata().name == "triton"
         assert client.is_model_ready("g_infer")  # registered: servable, not woken
         assert await _activations(admin, up, "g_infer") == 0
         x = mlp_input(11)

@@ -44,7 +44,7 @@ async def test_health_and_server_metadata_are_the_activators() -> None:
             pb.ServerMetadataRequest()
         )
         assert live.live and ready.ready
-        assert meta.name == "zeroserve"
+        assert meta.name == "triton"
         assert "binary_tensor_data" in meta.extensions
         assert "model_repository" not in meta.extensions
         client.core.lifecycle.is_stopping = True

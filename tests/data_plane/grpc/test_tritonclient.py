@@ -109,7 +109,7 @@ def test_health_and_metadata(client) -> None:
     assert not client.is_model_ready("no_such_model")
     assert not client.is_model_ready("add_sub", "7")
     meta = client.get_server_metadata(as_json=True)
-    assert meta["name"] == "zeroserve"
+    assert meta["name"] == "triton"
     assert "statistics" in meta["extensions"]
     model = client.get_model_metadata("add_sub", as_json=True)
     assert model["name"] == "add_sub"

@@ -44,7 +44,7 @@ async def test_a_start_up_model_that_failed_keeps_the_server_not_ready(repo: Pat
 async def test_metadata_names_the_server_and_tritons_extensions(repo: Path, tmp_path: Path):
     async with data_plane_core(repo, tmp_path / "cache") as core:
         meta = core.handlers.server.metadata()
-    assert meta == ServerMetadata(name="zeroserve", version=meta.version, extensions=EXTENSIONS)
+    assert meta == ServerMetadata(name="triton", version=meta.version, extensions=EXTENSIONS)
     assert meta.version
     assert {"binary_tensor_data", "model_repository", "statistics"} <= set(meta.extensions)
 
