@@ -127,6 +127,8 @@ def test_s3_model_repository_and_storage_uri_loads(
             timeout=60,
         )
         assert response.status_code == 400, response.text
-        assert "load failed for model 'x'" in response.json()["error"]
+        assert (
+            "failed to load 'x', failed to poll from model repository" in response.json()["error"]
+        )
         assert text in response.json()["error"], response.json()["error"]
     assert httpx.get(f"{server.url}/v2/health/live", timeout=10).status_code == 200
