@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -299,3 +300,26 @@ def _unary_error(address: str) -> tuple[Any, str]:
 def test_unary_infer_of_a_decoupled_model_is_refused_as_in_triton(servers: Servers):
     triton, zeroserve = (_unary_error(address) for address in servers.grpc())
     assert zeroserve == triton
+
+
+def test_a_cancelled_stream_reads_as_cancelled_in_the_model(servers: Servers):
+    """The client stops its stream after three responses of a model that would send a
+    thousand: the model's ``is_cancelled()`` turns true and it stops (zeroserve only:
+    Triton's stub logs the same line, in its own log)."""
+    client = grpcclient.InferenceServerClient(servers.zeroserve_grpc)
+    results: queue.Queue[Any] = queue.Queue()
+    tensor = grpcclient.InferInput("IN", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1000], np.int32))
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        client.async_stream_infer("cancellable", [tensor], request_id="c")
+        for _ in range(3):
+            result, error = results.get(timeout=TIMEOUT_S)
+            assert error is None
+    finally:
+        client.stop_stream(cancel_requests=True)
+        client.close()
+    deadline = time.monotonic() + TIMEOUT_S
+    while "cancellable_0_0: cancelled after" not in servers.zeroserve.log_path.read_text():
+        assert time.monotonic() < deadline, "the model never saw the cancellation"
+        time.sleep(0.1)
