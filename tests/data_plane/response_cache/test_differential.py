@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
         tmp_path_factory.mktemp("triton-log"),
         f"--cache-config={CACHE_CONFIG}",
         f"--cache-directory={install.caches}",
+        "--metrics-interval-ms=100",
         *loads,
     ) as triton:
         grpc_port = _free_port()
@@ -169,6 +171,20 @@ def _cache_metrics(text: str) -> tuple[list[str], dict[str, float]]:
     return described, series
 
 
+def _settled_metrics(url: str, *, misses: int) -> str:
+    """Triton's metrics once its server-wide cache gauges count ``misses``: its metrics
+    thread refreshes them once per ``--metrics-interval-ms``, so a read right after the
+    requests can still show the previous count."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        text = httpx.get(url, timeout=TIMEOUT_S).text
+        if _cache_metrics(text)[1].get("nv_cache_num_misses") == misses:
+            return text
+        if time.monotonic() > deadline:
+            return text  # the comparison below shows what differs
+        time.sleep(0.05)
+
+
 def _big(value: float) -> list[float]:
     return [value] * 50_000  # 200 kB an answer: five fit in the cache, a sixth evicts
 
@@ -201,7 +217,7 @@ def test_the_same_answers_statistics_and_metrics(servers: Servers) -> None:
             inference = triton["model_stats"][0]["inference_stats"]
             assert (inference["cache_hit"]["count"], inference["cache_miss"]["count"]) == (3, 11)
 
-    triton_text = httpx.get(servers.triton.metrics_url, timeout=TIMEOUT_S).text
+    triton_text = _settled_metrics(servers.triton.metrics_url, misses=11)
     zeroserve_text = httpx.get(servers.zeroserve.url + "/metrics", timeout=TIMEOUT_S).text
     triton_described, triton_series = _cache_metrics(triton_text)
     zeroserve_described, zeroserve_series = _cache_metrics(zeroserve_text)
