@@ -1,0 +1,68 @@
+"""``bench/grpc.py --quick`` end to end (zeroserve serve, real Triton where it installs,
+h2load where installed), and its fallback client; plus the h2load helpers it relies on.
+Only that the runs finish, check their answers and report without errors is asserted,
+never how fast anything was."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import h2load
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(command: list[str], cwd: Path) -> str:
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=cwd)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert "answers checked against ONNX Runtime" in output, output[-4000:]
+    return output
+
+
+@pytest.mark.integration
+def test_quick_run_as_a_script(tmp_path: Path) -> None:
+    """Run by path: bench/ first on sys.path must not let this file shadow grpcio."""
+    output = _run(
+        [sys.executable, str(ROOT / "bench" / "grpc.py"), "--quick", "--no-save"], tmp_path
+    )
+    assert "| c | HTTP/1.1 binary | gRPC | gRPC + system shared memory |" in output
+    assert "target: zeroserve gRPC, model.py in Triton's contract >= Triton" in output
+    points = [line for line in output.splitlines() if line.startswith("repeat 0 ")]
+    assert points and all(" errors 0 " in line for line in points), output[-4000:]
+
+
+@pytest.mark.integration
+def test_quick_run_with_zeroserve_bench_as_the_client(tmp_path: Path) -> None:
+    output = _run(
+        [
+            sys.executable,
+            "-m",
+            "bench.grpc",
+            "--quick",
+            "--no-save",
+            "--no-triton",
+            "--client",
+            "zeroserve-bench",
+            "--concurrency",
+            "1",
+            "2",
+        ],  # fmt: skip
+        ROOT,
+    )
+    assert "load generator: zeroserve bench" in output
+    points = [line for line in output.splitlines() if line.startswith("repeat 0 ")]
+    assert len(points) == 2 * 5 and all(" errors 0 " in line for line in points), output
+
+
+def test_connections_and_streams_make_the_concurrency() -> None:
+    assert h2load.layout(1, 8) == (1, 1)
+    assert h2load.layout(8, 8) == (1, 8)
+    assert h2load.layout(64, 8) == (8, 8)
+    with pytest.raises(ValueError, match="not a multiple"):
+        h2load.layout(12, 8)
