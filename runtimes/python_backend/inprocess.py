@@ -63,6 +63,7 @@ import numpy as np
 from foundation import datatypes, model_config
 from foundation.errors import ZeroserveError
 from foundation.proto import model_config_pb2 as mc
+from foundation.sequence_config import sequence_outputs
 from runtimes.base import (
     ExecutorRuntime,
     RuntimeOptions,
@@ -198,6 +199,12 @@ class InProcessRuntime(ExecutorRuntime):
         outputs = tuple(
             _Output(o.name, datatypes.protocol_from_config(o.data_type)) for o in config.output
         )
+        # A sequence model's state outputs go back to the batcher; a model may leave them
+        # out (its state then stays as it was).
+        outputs += tuple(
+            _Output(o.name, datatypes.protocol_from_config(o.data_type), is_optional=True)
+            for o in sequence_outputs(config)
+        )
         return _InstancePool(module_name, tuple(instances), outputs)
 
     def _import(self, path: Path, module_name: str) -> type:
@@ -230,6 +237,7 @@ class InProcessRuntime(ExecutorRuntime):
 class _Output:
     name: str
     datatype: str
+    is_optional: bool = False
 
 
 class _InstancePool:
@@ -276,6 +284,8 @@ class _InstancePool:
         checked: dict[str, np.ndarray] = {}
         for output in outputs:
             if output.name not in result:
+                if output.is_optional:
+                    continue
                 raise InternalError(f"Python model execute() returned no output {output.name!r}")
             checked[output.name] = _as_output(output, np.asarray(result[output.name]))
         return checked

@@ -186,6 +186,18 @@ DICT_ACCUMULATOR = textwrap.dedent(
 """The accumulator in zeroserve's dict contract (in process, merged batches)."""
 
 
+DICT_STATE_ACCUMULATOR = textwrap.dedent(
+    """\
+    class TritonPythonModel:
+        # zeroserve's dict contract on implicit state: the batcher keeps ACC.
+        def execute(self, inputs):
+            total = inputs["ACC"] + inputs["INPUT"]
+            return {"OUTPUT": total, "ACC_OUT": total}
+    """
+)
+"""The accumulator in the dict contract, its sum kept as implicit state (``STATE``)."""
+
+
 def write_python_accumulator(
     repo: Path,
     name: str,

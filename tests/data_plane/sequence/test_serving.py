@@ -15,6 +15,8 @@ import pytest
 
 from tests.data_plane.sequence.models import (
     DICT_ACCUMULATOR,
+    DICT_STATE_ACCUMULATOR,
+    STATE,
     write_onnx_accumulator,
     write_python_accumulator,
 )
@@ -22,7 +24,15 @@ from tests.data_plane.server_app import data_plane
 
 pytestmark = pytest.mark.anyio
 
-MODELS = ("onnx_direct", "onnx_oldest", "onnx_single", "py_direct", "dict_direct", "onnx_idle")
+MODELS = (
+    "onnx_direct",
+    "onnx_oldest",
+    "onnx_single",
+    "py_direct",
+    "dict_direct",
+    "dict_state",
+    "onnx_idle",
+)
 IDLE_US = 300_000
 
 
@@ -35,6 +45,9 @@ async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
     write_onnx_accumulator(repo, "onnx_idle", max_batch_size=1, idle_us=IDLE_US)
     write_python_accumulator(repo, "py_direct")
     write_python_accumulator(repo, "dict_direct", source=DICT_ACCUMULATOR, with_info=False)
+    write_python_accumulator(
+        repo, "dict_state", source=DICT_STATE_ACCUMULATOR, with_info=False, extra=STATE
+    )
     async with data_plane(
         repo, tmp_path / "cache", load_models=MODELS, allowed_storage=()
     ) as http_client:
@@ -77,14 +90,18 @@ async def run_sequence(
     return sums
 
 
-@pytest.mark.parametrize("model", ["onnx_direct", "onnx_oldest", "onnx_single", "py_direct"])
+@pytest.mark.parametrize(
+    "model", ["onnx_direct", "onnx_oldest", "onnx_single", "py_direct", "dict_state"]
+)
 async def test_start_steps_end(client: httpx.AsyncClient, model: str) -> None:
     assert await run_sequence(client, model, 42, [1, 2, 3, 4]) == [1, 3, 6, 10]
     # The same ID starts afresh after END.
     assert await run_sequence(client, model, 42, [5, 5]) == [5, 10]
 
 
-@pytest.mark.parametrize("model", ["onnx_direct", "onnx_oldest", "py_direct", "dict_direct"])
+@pytest.mark.parametrize(
+    "model", ["onnx_direct", "onnx_oldest", "py_direct", "dict_direct", "dict_state"]
+)
 async def test_interleaved_sequences_keep_their_own_sums(
     client: httpx.AsyncClient, model: str
 ) -> None:
