@@ -6,6 +6,12 @@ already has requests waiting), a turn in the model's buffer, whose first waiter 
 the model's activation. A worker that refused the connection never saw the call, so the
 call goes to another replica or back to the front of the buffer; any other failure is the
 caller's to report, since the worker may have run the request.
+
+A request of a sequence (its ``sequence_id`` parameter, :func:`activator.grpc.wire.sequence_tag`)
+goes where HTTP sends it (:mod:`activator.sequences`): to the replica the sequence is bound
+to, else to the one its ID hashes to; bound to a worker that no longer serves the model,
+it gets :class:`SequenceLostError` unless it starts the sequence again. Both protocols
+share one :class:`SequenceBindings`, so a sequence may mix them.
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ from activator.buffer import Buffer, Grant
 from activator.errors import (
     ModelNotRegisteredError,
     NoGrpcEndpointError,
+    SequenceLostError,
     UpstreamError,
     UpstreamTimeoutError,
 )
 from activator.grpc.status import Metadata
-from activator.lb import Replica
+from activator.lb import Replica, choose_for_key
 from activator.placements import ModelCatalog, PlacementView, ReplicaTable
+from activator.sequences import SequenceBindings, SequenceTag
 
 __all__ = [
     "SERVICE",
@@ -89,6 +97,8 @@ class Dispatch:
         view: told to forget a replica whose worker refused a connection.
         retry_after_s: carried by the errors this raises.
         read_timeout_s: bound on one call to a worker (the client's deadline may be shorter).
+        sequences: where requests of a sequence stick to their replica; None routes them as
+            any other request.
     """
 
     def __init__(
@@ -100,8 +110,10 @@ class Dispatch:
         *,
         retry_after_s: int,
         read_timeout_s: float,
+        sequences: SequenceBindings | None = None,
     ) -> None:
         self._catalog = catalog
+        self.sequences = sequences
         self._table = table
         self._buffer = buffer
         self._view = view
@@ -116,20 +128,36 @@ class Dispatch:
         if not is_known:
             raise ModelNotRegisteredError(model=model)
 
-    async def take_turn(self, model: str, *, deadline: float, requeue: bool = False) -> Turn:
-        """A replica of ``model`` serving gRPC: the least busy one, or one granted by the
-        buffer before ``deadline`` (event-loop time).
+    async def take_turn(
+        self,
+        model: str,
+        *,
+        deadline: float,
+        requeue: bool = False,
+        sequence: SequenceTag | None = None,
+    ) -> Turn:
+        """A replica of ``model`` serving gRPC: the least busy one (for a request of
+        ``sequence``, the sequence's), or one granted by the buffer before ``deadline``
+        (event-loop time).
 
         Raises:
-            ZeroserveError: the buffer's errors (full, activation failed, timed out), or
-                :class:`NoGrpcEndpointError` for a worker without gRPC.
+            ZeroserveError: the buffer's errors (full, activation failed, timed out),
+                :class:`NoGrpcEndpointError` for a worker without gRPC, or
+                :class:`SequenceLostError`.
         """
-        # While the model has a queue, new calls join it rather than overtake it.
-        replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
+        if sequence is not None:
+            replica = self.sequence_replica(model, sequence)
+        else:
+            # While the model has a queue, new calls join it rather than overtake it.
+            replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
         grant = None
         if replica is None:
             grant = await self._buffer.wait(model, deadline=deadline, requeue=requeue)
             replica = grant.replica
+            if sequence is not None:
+                # The model has replicas now: the sequence's is the one its ID hashes to.
+                replica = choose_for_key(self._table.replicas(model), sequence.correlation_id)
+                replica = replica or grant.replica
         if not replica.grpc_address:
             if grant is not None:
                 grant.release()
@@ -137,6 +165,57 @@ class Dispatch:
                 model=model, worker_id=replica.worker_id, retry_after_s=self.retry_after_s
             )
         return Turn(replica, grant)
+
+    def sequence_replica(self, model: str, sequence: SequenceTag) -> Replica | None:
+        """The replica a request of ``sequence`` goes to: the one the sequence is bound to,
+        else the one its ID hashes to; None while the model has none.
+
+        Raises:
+            SequenceLostError: the sequence is bound to a worker that no longer serves the
+                model, and the request does not start it again.
+        """
+        assert self.sequences is not None
+        worker_id = self.sequences.worker_of(model, sequence.correlation_id)
+        if worker_id is not None:
+            replica = self._table.get(model, worker_id)
+            if replica is not None:
+                return replica
+            self.sequences.unbind(model, sequence.correlation_id)
+            if not sequence.is_start:
+                raise SequenceLostError(
+                    model=model, correlation_id=sequence.correlation_id, worker_id=worker_id
+                )
+        return choose_for_key(self._table.replicas(model), sequence.correlation_id)
+
+    def pinned_turn(self, model: str, worker_id: str, sequence: SequenceTag) -> Turn:
+        """A turn on ``worker_id``'s replica of ``model``, where ``sequence`` was routed.
+
+        Raises:
+            SequenceLostError: that worker no longer serves the model.
+            NoGrpcEndpointError: the worker serves no gRPC.
+        """
+        replica = self._table.get(model, worker_id)
+        if replica is None:
+            if self.sequences is not None:
+                self.sequences.unbind(model, sequence.correlation_id)
+            raise SequenceLostError(
+                model=model, correlation_id=sequence.correlation_id, worker_id=worker_id
+            )
+        if not replica.grpc_address:
+            raise NoGrpcEndpointError(
+                model=model, worker_id=replica.worker_id, retry_after_s=self.retry_after_s
+            )
+        return Turn(replica, None)
+
+    def sequence_sent(self, model: str, sequence: SequenceTag, worker_id: str) -> None:
+        """A request of ``sequence`` went to ``worker_id``: bind the sequence there (or
+        mark its binding used), or forget it at END."""
+        if self.sequences is None:
+            return
+        if sequence.is_end:
+            self.sequences.unbind(model, sequence.correlation_id)
+        else:
+            self.sequences.bind(model, sequence.correlation_id, worker_id)
 
     def not_sent(self, model: str, turn: Turn, error: grpc.aio.AioRpcError) -> bool:
         """Whether ``error`` says the worker never got the call; if so, the replica is

@@ -101,6 +101,7 @@ class GrpcRouter:
             parts.view,
             retry_after_s=settings.retry_after_s,
             read_timeout_s=settings.upstream_read_timeout_s,
+            sequences=parts.sequences,
         )
         self._dispatch = dispatch
         self._unary = UnaryForward(

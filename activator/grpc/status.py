@@ -25,6 +25,7 @@ from activator.errors import (
     ClientClosedError,
     ModelNotRegisteredError,
     RequestTooLargeError,
+    SequenceLostError,
     TooManyRequestsError,
     UnroutableRequestError,
     UpstreamError,
@@ -52,6 +53,9 @@ _CODES: Final[dict[type[BaseException], grpc.StatusCode]] = {
     RequestTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     UnroutableRequestError: grpc.StatusCode.INVALID_ARGUMENT,
     ModelNotRegisteredError: grpc.StatusCode.NOT_FOUND,
+    # HTTP's 410: the system is not in the state the request needs (the sequence's state is
+    # gone with its worker), and retrying the same request cannot help.
+    SequenceLostError: grpc.StatusCode.FAILED_PRECONDITION,
     TooManyRequestsError: grpc.StatusCode.UNAVAILABLE,
     ActivatorUnavailableError: grpc.StatusCode.UNAVAILABLE,
     UpstreamError: grpc.StatusCode.UNAVAILABLE,

@@ -10,6 +10,16 @@ stream's responses are sent back as they come, interleaved. A lane keeps its wor
 stream, and so its replica, until the client half-closes (or the worker stream fails):
 least-outstanding choice happens per lane, not per request.
 
+Requests of a sequence (their ``sequence_id`` parameter) must reach the replica that holds
+the sequence's state, and Triton's clients send every step of a sequence on one stream,
+interleaved with other sequences: such a request is routed when it is read (the
+sequence's bound replica, else the one its ID hashes to, as for unary calls:
+:mod:`activator.grpc.dispatch`), bound there, and goes on the lane of that model *and
+replica*, so the sequences of one stream spread over their replicas and each keeps its
+order. While the model has no replica the reader waits for its activation (bounded by
+``activation_timeout_s``) before reading on. A request of a sequence whose worker is gone
+gets an error response saying its state is lost (as HTTP's 410), and the stream goes on.
+
 A request that cannot be routed (unknown model, full buffer, activation failed or timed
 out) gets a response carrying ``error_message`` and its ``id``, as Triton answers a failed
 request in a stream, and the stream goes on. So do the requests a worker had not answered
@@ -41,8 +51,9 @@ from activator.grpc.channels import WorkerChannels
 from activator.grpc.dispatch import Dispatch, method_path, worker_failure
 from activator.grpc.status import UNPARSABLE_MESSAGE, GrpcStatus, grpc_status
 from activator.grpc.unary import forwarded_metadata
-from activator.grpc.wire import MalformedMessageError, string_fields
+from activator.grpc.wire import MalformedMessageError, sequence_tag, string_fields
 from activator.grpc.worker_stream import StreamRequest, WorkerStream, error_response
+from activator.sequences import SequenceTag
 from activator.traffic import Traffic
 
 __all__ = ["StreamForward", "StreamStatusError"]
@@ -128,7 +139,8 @@ class _Session:
         # Bounded by the slots: an answer holds its request's slot until it is sent.
         self.out: asyncio.Queue[_Answer | _End] = asyncio.Queue()
         self.slots = asyncio.Semaphore(forward.max_in_flight)
-        self.lanes: dict[str, _Lane] = {}
+        # Keyed by model, or by (model, worker id) for the lanes of sequences.
+        self.lanes: dict[str | tuple[str, str], _Lane] = {}
 
     async def run(self, requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         reader = asyncio.create_task(self._read(requests), name="grpc-stream-reader")
@@ -166,10 +178,25 @@ class _Session:
                 break
             await self.slots.acquire()
             model = fields.get(_MODEL_NAME, "")
-            lane = self.lanes.get(model)
+            request = StreamRequest(data, fields.get(_REQUEST_ID, ""))
+            key: str | tuple[str, str] = model
+            worker_id: str | None = None
+            sequence = None
+            if self.forward.dispatch.sequences is not None:
+                sequence = sequence_tag(data)
+            if sequence is not None:
+                try:
+                    worker_id = await self._sequence_worker(model, sequence)
+                except Exception as exc:
+                    self.answer(
+                        error_response(grpc_status(exc, "ModelStreamInfer").message, request.id)
+                    )
+                    continue
+                key = (model, worker_id)
+            lane = self.lanes.get(key)
             if lane is None:
-                lane = self.lanes[model] = _Lane(self, model)
-            lane.queue.put_nowait(StreamRequest(data, fields.get(_REQUEST_ID, "")))
+                lane = self.lanes[key] = _Lane(self, model, key, worker_id)
+            lane.queue.put_nowait(request)
         # The end goes after every answer: let the lanes finish what they hold.
         lanes = list(self.lanes.values())
         for lane in lanes:
@@ -177,17 +204,41 @@ class _Session:
         await asyncio.gather(*(lane.task for lane in lanes), return_exceptions=True)
         self.out.put_nowait(_End(status))
 
+    async def _sequence_worker(self, model: str, sequence: SequenceTag) -> str:
+        """The worker a request of ``sequence`` goes to, now bound there (or unbound at END)."""
+        forward = self.forward
+        dispatch = forward.dispatch
+        await dispatch.require(model)
+        replica = dispatch.sequence_replica(model, sequence)
+        if replica is None:
+            deadline = asyncio.get_running_loop().time() + forward.activation_timeout_s
+            turn = await dispatch.take_turn(model, deadline=deadline, sequence=sequence)
+            # The lane takes its own turn on this replica: the buffer's grant is done with.
+            turn.release()
+            replica = turn.replica
+        dispatch.sequence_sent(model, sequence, replica.worker_id)
+        return replica.worker_id
+
     def lane_done(self, lane: _Lane) -> None:
-        if self.lanes.get(lane.model) is lane:
-            del self.lanes[lane.model]
+        if self.lanes.get(lane.key) is lane:
+            del self.lanes[lane.key]
 
 
 class _Lane:
-    """One model's requests on one client stream, and its worker stream once routed."""
+    """One model's requests on one client stream (or those of its sequences routed to one
+    worker, ``worker_id``), and its worker stream once routed."""
 
-    def __init__(self, session: _Session, model: str) -> None:
+    def __init__(
+        self,
+        session: _Session,
+        model: str,
+        key: str | tuple[str, str],
+        worker_id: str | None = None,
+    ) -> None:
         self.session = session
         self.model = model
+        self.key = key
+        self.worker_id = worker_id
         # Bounded by the session's slots, taken before each put.
         self.queue: asyncio.Queue[StreamRequest | None] = asyncio.Queue()
         self.task = asyncio.create_task(self._run(), name=f"grpc-stream-lane-{model}")
@@ -218,7 +269,7 @@ class _Lane:
         forward = self.session.forward
         forward.traffic.begin(self.model)
         try:
-            worker = await self._open()
+            worker = await self._open(first)
         except Exception as exc:
             forward.traffic.end(self.model)
             self._fail_one(first, exc)
@@ -228,14 +279,19 @@ class _Lane:
         finally:
             worker.close()
 
-    async def _open(self) -> WorkerStream:
+    async def _open(self, first: StreamRequest) -> WorkerStream:
         forward = self.session.forward
         dispatch = forward.dispatch
         loop = asyncio.get_running_loop()
         deadline = loop.time() + forward.activation_timeout_s
         requeue = False
         while True:
-            turn = await dispatch.take_turn(self.model, deadline=deadline, requeue=requeue)
+            if self.worker_id is not None:
+                sequence = sequence_tag(first.data)
+                assert sequence is not None
+                turn = dispatch.pinned_turn(self.model, self.worker_id, sequence)
+            else:
+                turn = await dispatch.take_turn(self.model, deadline=deadline, requeue=requeue)
             address = turn.replica.grpc_address
             channel = forward.channels.acquire(address)
             open_stream: grpc.aio.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
@@ -249,6 +305,7 @@ class _Lane:
             except grpc.aio.AioRpcError as exc:
                 forward.channels.release(address)
                 if dispatch.not_sent(self.model, turn, exc):
+                    # A sequence's lane goes nowhere else: next round says its state is lost.
                     requeue = True
                     continue
                 turn.release()

@@ -5,7 +5,8 @@ The call counts as the model's traffic from its arrival (buffered time included)
 answer, and in the chosen replica's in-flight count while it is with the worker. Its
 deadline at the worker is the client's, bounded by ``upstream_read_timeout_s``; a client
 that cancels cancels the call to the worker too. The client's metadata goes with it,
-less what gRPC sets for each hop.
+less what gRPC sets for each hop. A ModelInfer of a sequence (its ``sequence_id``
+parameter) goes to the sequence's replica (:mod:`activator.grpc.dispatch`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import grpc
 from activator.grpc.channels import WorkerChannels
 from activator.grpc.dispatch import Dispatch, method_path, worker_failure
 from activator.grpc.status import Metadata
+from activator.grpc.wire import sequence_tag
 from activator.traffic import Traffic
 
 __all__ = ["UnaryForward", "forwarded_metadata"]
@@ -91,9 +93,14 @@ class UnaryForward:
         deadline = loop.time() + self._activation_timeout_s
         metadata = forwarded_metadata(context.invocation_metadata())
         path = method_path(rpc)
+        sequence = None
+        if rpc == "ModelInfer" and dispatch.sequences is not None:
+            sequence = sequence_tag(request)
         requeue = False
         while True:
-            turn = await dispatch.take_turn(model, deadline=deadline, requeue=requeue)
+            turn = await dispatch.take_turn(
+                model, deadline=deadline, requeue=requeue, sequence=sequence
+            )
             replica = turn.replica
             address = replica.grpc_address
             timeout_s = dispatch.timeout_s(context.time_remaining())
@@ -112,6 +119,8 @@ class UnaryForward:
                     continue
                 replica.progress_at = loop.time()
                 turn.release()
+                if sequence is not None:
+                    dispatch.sequence_sent(model, sequence, replica.worker_id)
                 raise worker_failure(model, replica, exc, timeout_s=timeout_s) from None
             except BaseException:
                 # The client left (or the activator stops): the worker's call goes too.
@@ -123,6 +132,8 @@ class UnaryForward:
                 replica.in_flight -= 1
                 self._channels.release(address)
             replica.progress_at = loop.time()
+            if sequence is not None:
+                dispatch.sequence_sent(model, sequence, replica.worker_id)
             waited_s = turn.responded()
             if waited_s is not None:
                 self._traffic.first_response(model, replica.worker_id, waited_s)
