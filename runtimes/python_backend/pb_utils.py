@@ -12,6 +12,11 @@ of responses) and response senders (decoupled models, or one response of a model
 is not) are answered by the stub's host, which talks to the server (:class:`Host`).
 Metrics (``MetricFamily``) and GPU memory (``PreferredMemory`` other than the default)
 are not offered.
+
+The parts with a job of their own live beside it and are re-exported here: the errors
+(:mod:`.pb_errors`), the TRITONSERVER_* numbers (:mod:`.pb_constants`), tensors and
+responses (:mod:`.pb_response`), the response sender (:mod:`.pb_sender`), the BLS
+response iterator (:mod:`.pb_iterator`) and the model config helpers (:mod:`.pb_config`).
 """
 
 from __future__ import annotations
@@ -20,8 +25,7 @@ import asyncio
 import enum
 import json
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 import numpy as np
@@ -36,6 +40,23 @@ from runtimes.python_backend.pb_config import (
     triton_to_numpy_type,
     using_decoupled_model_transaction_policy,
 )
+from runtimes.python_backend.pb_constants import (
+    TRITONSERVER_MEMORY_CPU,
+    TRITONSERVER_MEMORY_GPU,
+    TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
+    TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+    TRITONSERVER_REQUEST_RELEASE_ALL,
+    TRITONSERVER_REQUEST_RELEASE_RESCHEDULE,
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+)
+from runtimes.python_backend.pb_errors import (
+    ErrorCode as ErrorCode,
+    TritonError,
+    TritonModelException,
+)
+from runtimes.python_backend.pb_iterator import ResponseIterator
+from runtimes.python_backend.pb_response import InferenceResponse, PreferredMemory, Tensor
+from runtimes.python_backend.pb_sender import InferenceResponseSender
 
 __all__ = [
     "TRITONSERVER_MEMORY_CPU",
@@ -67,17 +88,6 @@ __all__ = [
     "triton_to_numpy_type",
     "using_decoupled_model_transaction_policy",
 ]
-
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_START: Final = 1
-TRITONSERVER_REQUEST_FLAG_SEQUENCE_END: Final = 2
-TRITONSERVER_RESPONSE_COMPLETE_FINAL: Final = 1
-TRITONSERVER_REQUEST_RELEASE_ALL: Final = 1
-TRITONSERVER_REQUEST_RELEASE_RESCHEDULE: Final = 2
-TRITONSERVER_MEMORY_GPU: Final = 0
-TRITONSERVER_MEMORY_CPU: Final = 1
-
-_CPU_DEVICE: Final = 1
-"""DLPack's device type of host memory."""
 
 
 class Host(Protocol):
@@ -127,252 +137,8 @@ def bind(host: Host) -> None:
     _Binding.host = host
 
 
-class ErrorCode(enum.IntEnum):
-    """TRITONSERVER_Error_Code, the numbers ``TritonError.code()`` returns."""
-
-    UNKNOWN = 0
-    INTERNAL = 1
-    NOT_FOUND = 2
-    INVALID_ARG = 3
-    UNAVAILABLE = 4
-    UNSUPPORTED = 5
-    ALREADY_EXISTS = 6
-    CANCELLED = 7
-
-
-class TritonError:
-    """An error a response carries (not an exception: raise TritonModelException)."""
-
-    UNKNOWN: Final = ErrorCode.UNKNOWN
-    INTERNAL: Final = ErrorCode.INTERNAL
-    NOT_FOUND: Final = ErrorCode.NOT_FOUND
-    INVALID_ARG: Final = ErrorCode.INVALID_ARG
-    UNAVAILABLE: Final = ErrorCode.UNAVAILABLE
-    UNSUPPORTED: Final = ErrorCode.UNSUPPORTED
-    ALREADY_EXISTS: Final = ErrorCode.ALREADY_EXISTS
-    CANCELLED: Final = ErrorCode.CANCELLED
-
-    def __init__(self, message: str, code: int = ErrorCode.INTERNAL) -> None:
-        if message is None or code is None:
-            raise TypeError("TritonError takes a message and a code, neither None")
-        self._message = str(message)
-        self._code = ErrorCode(code)
-
-    def code(self) -> ErrorCode:
-        return self._code
-
-    def message(self) -> str:
-        return self._message
-
-    def __repr__(self) -> str:
-        return f"TritonError({self._message!r}, {self._code.name})"
-
-
-class TritonModelException(Exception):
-    """Raised by the backend's own checks; a model may raise it too."""
-
-
-class PreferredMemory:
-    """Where a BLS request would like its outputs; only host memory is offered."""
-
-    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
-        self.preferred_memory_type = preferred_memory_type
-        self.preferred_device_id = preferred_device_id
-
-
-class Tensor:
-    """A named tensor of a request or a response, held in host memory."""
-
-    __slots__ = ("_array", "_datatype", "_name")
-
-    def __init__(self, name: str, tensor: Any) -> None:
-        array = np.asarray(tensor)
-        try:
-            datatype = tensors.datatype_of(array)
-        except ValueError as exc:
-            raise TritonModelException(f"tensor '{name}': {exc}") from None
-        if datatype == "BYTES" and array.dtype.kind != "O":
-            array = array.astype(np.object_)
-        self._name = str(name)
-        self._array = array
-        self._datatype = datatype
-
-    def name(self) -> str:
-        return self._name
-
-    def as_numpy(self) -> np.ndarray:
-        """The data as a numpy array (BYTES as an object array of ``bytes``)."""
-        return self._array
-
-    def triton_dtype(self) -> int:
-        """The TRITONSERVER_DataType number (TYPE_FP32 is 11, BYTES 13)."""
-        number = numpy_to_triton_type(self._array.dtype.type)
-        return int(number) if number is not None else 0
-
-    def shape(self) -> list[int]:
-        return [int(d) for d in self._array.shape]
-
-    def is_cpu(self) -> bool:
-        """Always True: tensors cross to and from the server in host shared memory."""
-        return True
-
-    def to_dlpack(self) -> Any:
-        """A DLPack capsule of the data (``torch.from_dlpack`` takes it)."""
-        return self._array.__dlpack__()
-
-    def __dlpack__(self, stream: Any = None) -> Any:
-        return self._array.__dlpack__()
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        return (_CPU_DEVICE, 0)
-
-    @staticmethod
-    def from_dlpack(name: str, dlpack_tensor: Any) -> Tensor:
-        """A tensor from a DLPack capsule or an object with ``__dlpack__`` (a torch
-        tensor); device tensors are copied to host memory, which needs torch."""
-        device = getattr(dlpack_tensor, "__dlpack_device__", None)
-        if device is not None and device()[0] == _CPU_DEVICE:
-            return Tensor(name, np.from_dlpack(dlpack_tensor))
-        try:
-            import torch
-            import torch.utils.dlpack
-        except ImportError:
-            raise TritonModelException(
-                "Tensor.from_dlpack of a capsule or a device tensor needs torch"
-            ) from None
-        host = torch.utils.dlpack.from_dlpack(dlpack_tensor).cpu()
-        return Tensor(name, host.numpy())
-
-    def __repr__(self) -> str:
-        return f"Tensor({self._name!r}, {self._datatype}, {self.shape()})"
-
-
-class InferenceResponse:
-    """One request's answer: output tensors, or an error."""
-
-    def __init__(
-        self, output_tensors: Sequence[Tensor] = (), error: TritonError | None = None
-    ) -> None:
-        outputs = list(output_tensors)
-        for tensor in outputs:
-            if not isinstance(tensor, Tensor):
-                raise TypeError(
-                    f"InferenceResponse output_tensors must be pb_utils.Tensor objects, "
-                    f"found type '{type(tensor)}'"
-                )
-        if error is not None and not isinstance(error, TritonError):
-            raise TypeError(f"InferenceResponse error must be a TritonError, found {type(error)}")
-        self._outputs = outputs
-        self._error = error
-        self.is_last = True
-        """The last response of its request (a decoupled BLS call's iterator ends there)."""
-        self._parameters = "{}"
-
-    def output_tensors(self) -> list[Tensor]:
-        return self._outputs
-
-    def has_error(self) -> bool:
-        return self._error is not None
-
-    def error(self) -> TritonError | None:
-        return self._error
-
-    def parameters(self) -> str:
-        """The response's parameters as a JSON object text."""
-        return self._parameters
-
-
-class InferenceResponseSender:
-    """Sends a request's responses: any number for a decoupled model, the last one with
-    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``; at most one for a model that is not."""
-
-    def __init__(self, request: InferenceRequest) -> None:
-        self._request = request
-        self._lock = threading.Lock()
-        self._closed = False
-        self._sent = 0
-
-    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if flags not in (TRITONSERVER_RESPONSE_COMPLETE_FINAL, 0):
-            raise TritonModelException("Unable to send response. Unsupported flag provided.")
-        if flags == 0 and response is None:
-            raise TritonModelException(
-                "Inference Response object must be provided when the response flags is set to zero."
-            )
-        host = _Binding.host
-        if host is None or self._request._execution is None:
-            raise TritonModelException(
-                "Unable to send response. Response sender has no reference to the decoupled "
-                "state of the model."
-            )
-        self.count(response, flags, is_decoupled=host.is_decoupled)
-        host.send_response(self._request, response, flags)
-
-    def count(self, response: InferenceResponse | None, flags: int, *, is_decoupled: bool) -> None:
-        """Check that ``response`` may be sent now and count it (Triton's rules and texts)."""
-        with self._lock:
-            if not is_decoupled:
-                if response is not None and self._sent > 0:
-                    raise TritonModelException(
-                        "Unable to send response. Non-decoupled model cannot send more than "
-                        "one response."
-                    )
-                if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-                    if self._sent == 0:
-                        raise TritonModelException(
-                            "Unable to send response. Non-decoupled model cannot send "
-                            "complete final before sending a response."
-                        )
-            if self._closed:
-                raise TritonModelException(
-                    "Unable to send response. Response sender has been closed."
-                )
-            if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-                self._closed = True
-            self._sent += 1
-
-    def close(self) -> None:
-        """No more responses (the execution failed: the server answered for it)."""
-        with self._lock:
-            self._closed = True
-
-    @property
-    def has_sent(self) -> bool:
-        return self._sent > 0
-
-    def is_cancelled(self) -> bool:
-        return self._request.is_cancelled()
-
-
-class ResponseIterator:
-    """The responses of a decoupled BLS call (``exec(decoupled=True)``), in order; the
-    last one is final and may carry no outputs."""
-
-    def __init__(
-        self,
-        next_response: Callable[[], InferenceResponse | None],
-        cancel: Callable[[], None],
-    ) -> None:
-        self._next_response = next_response
-        self._cancel = cancel
-        self._is_finished = False
-
-    def __iter__(self) -> Iterator[InferenceResponse]:
-        return self
-
-    def __next__(self) -> InferenceResponse:
-        if self._is_finished:
-            raise StopIteration
-        response = self._next_response()
-        if response is None or response.is_last:
-            self._is_finished = True
-        if response is None:
-            raise StopIteration
-        return response
-
-    def cancel(self) -> None:
-        """Ask the server to cancel the call; the responses still come to their end."""
-        self._cancel()
+def _bound_host() -> Host | None:
+    return _Binding.host
 
 
 class InferenceRequest:
@@ -409,7 +175,7 @@ class InferenceRequest:
         )
         self._execution: int | None = None
         self._index = 0
-        self._sender: InferenceResponseSender | None = None
+        self._sender: InferenceResponseSender[InferenceRequest] | None = None
 
     @classmethod
     def received(
@@ -480,9 +246,9 @@ class InferenceRequest:
             return False
         return host.is_cancelled(self._execution, self._index)
 
-    def get_response_sender(self) -> InferenceResponseSender:
+    def get_response_sender(self) -> InferenceResponseSender[InferenceRequest]:
         if self._sender is None:
-            self._sender = InferenceResponseSender(self)
+            self._sender = InferenceResponseSender(self, _bound_host)
         return self._sender
 
     def set_release_flags(self, flags: int) -> None:

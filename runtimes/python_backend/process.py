@@ -8,10 +8,8 @@ as its bytes arrive, without a task in between, and notices the end of the chann
 is how a crash shows; every wait on the stub is bounded.
 
 Besides executions, the stub asks things while its model runs, each with a ``call`` id
-that the answer carries back: a response sent through a response sender (a decoupled
-model's responses go to the request's sink, then the stub is told it may go on), a BLS
-call (run by the server's :class:`ModelCaller` on a task of its own, each response
-written into the input arena and sent back), whether a client went away.
+that the answer carries back: a response sent through a response sender (handled by
+:mod:`.responses`), a BLS call (run by :mod:`.bls_server`), whether a client went away.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import os
 import socket
@@ -32,25 +29,16 @@ from typing import Final
 
 import numpy as np
 
-from foundation.errors import ZeroserveError
-from runtimes.errors import (
-    InternalError,
-    InvalidArgumentError,
-    NotFoundError,
-    UnavailableError,
-    UnsupportedError,
-)
 from runtimes.model_request import (
-    ModelCall,
     ModelCaller,
     RequestContext,
-    ResponseSink,
-    StreamedResponse,
 )
 from runtimes.python_backend import messages, tensors
-from runtimes.python_backend.arena import Arena, ArenaFullError
+from runtimes.python_backend.arena import Arena
+from runtimes.python_backend.bls_server import BlsCalls
 from runtimes.python_backend.limits import StubLimits
 from runtimes.python_backend.messages import Message
+from runtimes.python_backend.responses import OpenRequests, ResponseError
 
 logger = logging.getLogger(__name__)
 
@@ -58,15 +46,6 @@ STUB_MODULE: Final = "runtimes.python_backend.stub"
 _SOURCE_ROOT: Final = str(Path(__file__).resolve().parents[2])
 """The folder holding the ``runtimes`` package, put on the stub's PYTHONPATH so that an
 execution environment without zeroserve installed still finds the stub."""
-_NO_CALLS: Final = "BLS is not available: this server gives its Python models no way to call models"
-_CODES: Final[tuple[tuple[type[ZeroserveError], str], ...]] = (
-    (InvalidArgumentError, "INVALID_ARG"),
-    (NotFoundError, "NOT_FOUND"),
-    (UnavailableError, "UNAVAILABLE"),
-    (UnsupportedError, "UNSUPPORTED"),
-    (InternalError, "INTERNAL"),
-)
-"""Error class -> the TritonError code a model reads in a BLS response."""
 _LOG_LEVELS: Final = {
     "INFO": logging.INFO,
     "WARNING": logging.WARNING,
@@ -182,21 +161,6 @@ class StubDeadError(Exception):
     """The stub's process ended or was stopped; ``str()`` is the text clients get."""
 
 
-ResponseError = Callable[[Message], ZeroserveError]
-"""A response's ``{code, message}`` as the error its client gets."""
-
-
-@dataclass
-class _Request:
-    """A request the stub holds: until its execution's result, or for a decoupled one
-    until its final response."""
-
-    context: RequestContext
-    sink: ResponseSink | None
-    single: Message | None = None
-    """The one response a model that is not decoupled sent through its sender."""
-
-
 class StubProcess:
     """A started stub driven from the event loop.
 
@@ -218,13 +182,12 @@ class StubProcess:
         self._started = started
         self._limits = limits
         self._on_death = on_death
-        self._caller = caller
-        self._response_error = response_error
         self._ids = itertools.count(1)
         self._pending: dict[int | str, asyncio.Future[Message]] = {}
-        self._requests: dict[tuple[int, int], _Request] = {}
-        self._calls: dict[int, asyncio.Task[None]] = {}
-        self._sizes: dict[int, int] = {}
+        self._requests = OpenRequests(started.outputs, self._send, self._is_open, response_error)
+        self._calls = BlsCalls(
+            started.name, started.inputs, started.outputs, self._send, self._is_open, caller
+        )
         self._held: dict[int, list[int]] = {}
         self._dead_reason: str | None = None
         self._closing = False
@@ -294,9 +257,7 @@ class StubProcess:
             self._release(execution)
             raise
         future = self._expect(execution)
-        for index, context in enumerate(contexts):
-            self._requests[execution, index] = _Request(context, context.responses)
-        self._sizes[execution] = len(contexts)
+        self._requests.begin(execution, contexts)
         self._send({"kind": "execute", "id": execution, "requests": entries})
         failed = True
         try:
@@ -314,7 +275,7 @@ class StubProcess:
             raise StubDeadError(reason) from None
         finally:
             self._pending.pop(execution, None)
-            self._end_execution(execution, failed=failed)
+            self._requests.end(execution, failed=failed or self._dead_reason is not None)
 
     async def close(self, message: Message | None = None, answer: str = "") -> None:
         """End the stub: send ``message`` (``finalize``) and wait for ``answer`` if it is
@@ -329,7 +290,7 @@ class StubProcess:
                 await self.call(message, answer, timeout_s)
             except (StubDeadError, TimeoutError, OSError) as exc:
                 logger.warning("stub %s did not finalize cleanly: %r", self.name, exc)
-        self._end_calls()
+        self._calls.end()
         if self._transport is not None:
             self._transport.close()
         process = self._started.process
@@ -340,6 +301,10 @@ class StubProcess:
         await asyncio.to_thread(self._started.kill)
 
     # ---- internals ----
+
+    def _is_open(self) -> bool:
+        """The stub still takes messages: not dead, not closing."""
+        return self._dead_reason is None and not self._closing
 
     def _expect(self, key: int | str) -> asyncio.Future[Message]:
         if self._dead_reason is not None:
@@ -388,20 +353,17 @@ class StubProcess:
                     future.set_exception(StubDeadError(f"malformed result from the stub: {exc}"))
             self._release(execution)
         elif kind == "response":
-            self._response(message)
+            self._requests.respond(message)
         elif kind == "log":
             level = _LOG_LEVELS.get(str(message.get("level")), logging.INFO)
             logger.log(level, "%s: %s", self.name, message.get("message"))
         elif kind == "is_cancelled":
-            request = self._requests.get((int(message["id"]), int(message["request"])))
-            value = True if request is None else request.context.is_cancelled()
+            value = self._requests.is_cancelled(int(message["id"]), int(message["request"]))
             self._send({"kind": "cancelled", "call": message["call"], "value": value})
         elif kind == "bls":
-            self._start_call(message)
+            self._calls.start(message)
         elif kind == "bls_cancel":
-            task = self._calls.get(int(message["call"]))
-            if task is not None:
-                task.cancel()
+            self._calls.cancel(int(message["call"]))
         elif kind == "release":
             for offset in message["offsets"]:
                 self._started.inputs.free(int(offset))
@@ -415,142 +377,13 @@ class StubProcess:
     def _copy_outputs(self, execution: int, message: Message) -> Message:
         responses = message.get("responses")
         if message.get("error") is None:
-            count = len(responses) if responses is not None else 0
-            size = max(count, self._sizes.get(execution, 0))
-            singles = [
-                self._requests[execution, i].single if (execution, i) in self._requests else None
-                for i in range(size)
-            ]
-            if responses is None:
-                responses = [None] * len(singles)
-            message["responses"] = responses = [
-                r if r is not None else singles[i] for i, r in enumerate(responses)
-            ]
+            message["responses"] = responses = self._requests.fill_in(execution, responses)
         for response in responses or ():
             if response is not None and "outputs" in response and "arrays" not in response:
                 response["arrays"] = {
                     d["name"]: tensors.read(self._started.outputs, d) for d in response["outputs"]
                 }
         return message
-
-    def _end_execution(self, execution: int, *, failed: bool) -> None:
-        """The execution is over: forget its requests but the decoupled ones it left
-        open (their responses may still come), unless it failed."""
-        for index in range(self._sizes.pop(execution, 0)):
-            request = self._requests.get((execution, index))
-            if request is None:
-                continue
-            if request.sink is None or failed or self._dead_reason is not None:
-                del self._requests[execution, index]
-
-    def _response(self, message: Message) -> None:
-        """A response sent through a response sender: copied out, handed on, acknowledged."""
-        key = (int(message["id"]), int(message["request"]))
-        arrays = {d["name"]: tensors.read(self._started.outputs, d) for d in message["outputs"]}
-        request = self._requests.get(key)
-        answer: Message = {"kind": "response_done", "call": message["call"], "error": None}
-        if request is None:
-            answer["error"] = "Unable to send response. Response sender has been closed."
-            self._send(answer)
-            return
-        if request.sink is None:
-            request.single = {"outputs": message["outputs"], "arrays": arrays}
-            if message.get("error") is not None:
-                request.single = {"error": message["error"]}
-            self._send(answer)
-            return
-        error = message.get("error")
-        final = bool(message.get("final"))
-        if final:
-            del self._requests[key]
-        response = StreamedResponse(
-            arrays if error is None else {},
-            self._error_of(error) if error is not None else None,
-            final,
-        )
-        # The stub's sender waits for this answer: sent once the client's side has room.
-        request.sink(response, lambda: self._acknowledge(answer))
-
-    def _acknowledge(self, answer: Message) -> None:
-        if self._dead_reason is None and not self._closing:
-            self._send(answer)
-
-    def _error_of(self, error: Message) -> ZeroserveError:
-        if self._response_error is not None:
-            return self._response_error(error)
-        return InternalError(str(error.get("message", "")))
-
-    def _start_call(self, message: Message) -> None:
-        call = int(message["call"])
-        inputs = {d["name"]: tensors.read(self._started.outputs, d) for d in message["inputs"]}
-        parameters = message.get("parameters") or "{}"
-        model_call = ModelCall(
-            model=str(message["model"]),
-            inputs=inputs,
-            requested_outputs=tuple(message.get("requested") or ()),
-            version=int(message.get("version", -1)),
-            request_id=str(message.get("request_id") or ""),
-            correlation_id=message.get("correlation_id") or 0,
-            flags=int(message.get("flags") or 0),
-            timeout_us=int(message.get("timeout") or 0),
-            parameters=_parameters(parameters),
-            is_decoupled=bool(message.get("decoupled")),
-        )
-        task = asyncio.get_running_loop().create_task(
-            self._run_call(call, model_call), name=f"bls-{self.name}-{call}"
-        )
-        self._calls[call] = task
-        task.add_done_callback(lambda _: self._calls.pop(call, None))
-
-    async def _run_call(self, call: int, model_call: ModelCall) -> None:
-        caller = self._caller
-        if caller is None:
-            self._send_result(call, StreamedResponse({}, InternalError(_NO_CALLS), True))
-            return
-        final = False
-        try:
-            async with contextlib.aclosing(caller.call(model_call)) as responses:
-                async for response in responses:
-                    final = response.is_final
-                    self._send_result(call, response)
-                    if final:
-                        return
-        except asyncio.CancelledError:
-            if not final and self._dead_reason is None and not self._closing:
-                text = f"BLS request to model '{model_call.model}' was cancelled"
-                self._send_result(
-                    call, StreamedResponse({}, InternalError(text), True), "CANCELLED"
-                )
-            raise
-        if not final:
-            self._send_result(call, StreamedResponse({}, None, True))
-
-    def _send_result(self, call: int, response: StreamedResponse, code: str = "INTERNAL") -> None:
-        if self._dead_reason is not None or self._closing:
-            return
-        message: Message = {"kind": "bls_result", "call": call, "final": response.is_final}
-        if response.error is not None:
-            message["error"] = {
-                "code": _error_code(response.error, code),
-                "message": response.error.message,
-            }
-        else:
-            written = []
-            try:
-                for name, array in response.outputs.items():
-                    written.append(tensors.write(self._started.inputs, name, array))
-            except ArenaFullError as exc:
-                for descriptor in written:
-                    self._started.inputs.free(descriptor["offset"])
-                message["error"] = {"code": "INTERNAL", "message": str(exc)}
-                written = []
-            message["outputs"] = written
-        self._send(message)
-
-    def _end_calls(self) -> None:
-        for task in list(self._calls.values()):
-            task.cancel()
-        self._calls.clear()
 
     def _die(self, reason: str) -> None:
         if self._dead_reason is not None:
@@ -560,34 +393,10 @@ class StubProcess:
             if not future.done():
                 future.set_exception(StubDeadError(reason))
         self._pending.clear()
-        self._end_calls()
-        requests, self._requests = self._requests, {}
-        for request in requests.values():
-            if request.sink is not None:
-                request.sink(StreamedResponse({}, InternalError(reason), True), _nothing)
+        self._calls.end()
+        self._requests.fail_all(reason)
         if not self._closing and self._on_death is not None:
             self._on_death(reason)
-
-
-def _nothing() -> None:
-    return None
-
-
-def _parameters(text: str) -> dict[str, bool | int | str]:
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return {}
-    if not isinstance(parsed, dict):
-        return {}
-    return {k: v for k, v in parsed.items() if isinstance(v, bool | int | str)}
-
-
-def _error_code(error: ZeroserveError, default: str) -> str:
-    for cls, code in _CODES:
-        if isinstance(error, cls) and (cls is not InternalError or default == "INTERNAL"):
-            return code
-    return default
 
 
 class _ChannelProtocol(asyncio.BufferedProtocol):
