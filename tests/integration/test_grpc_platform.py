@@ -29,6 +29,7 @@ from tritonclient.utils import InferenceServerException
 
 from foundation.proto import grpc_service_pb2 as pb
 from tests.control_plane.store.conftest import start_redis_server
+from tests.data_plane.sequence.models import write_onnx_accumulator
 from tests.integration.conftest import free_port
 from tests.integration.test_cluster_mode_e2e import (
     Cluster,
@@ -43,6 +44,7 @@ from tests.integration.test_platform_e2e import (
     SLOW_MODEL,
     Platform,
     admin_get,
+    eventually as platform_eventually,
     mlp_input,
     register,
     start_platform,
@@ -324,3 +326,78 @@ async def test_a_standalone_activator_serves_grpc_from_zero(
         orphans = cluster.close()
         redis.stop()
     assert not orphans, f"workers outlived their control plane: {orphans}"
+
+
+def _acc_input(value: int, module: Any = grpcclient) -> list[Any]:
+    tensor = module.InferInput("INPUT", [1, 1], "INT32")
+    tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+    return [tensor]
+
+
+async def test_sequences_stick_to_their_replica_over_grpc(
+    platform: tuple[Platform, str], admin: httpx.AsyncClient
+) -> None:
+    """Two replicas of the ONNX accumulator: interleaved sequences over unary ModelInfer and
+    over one stream each keep their running sum, which only holds if every step reaches the
+    replica holding the sequence's state (the other answers that START is missing)."""
+    up, address = platform
+    # Eight slots per replica: every sequence gets one at once (a backlogged one would wait
+    # for another to end).
+    model_dir = write_onnx_accumulator(up.models_dir, "g_acc", max_batch_size=8, idle_us=60_000_000)
+    await register(admin, up, model_dir, min_replicas=2, max_replicas=2)
+
+    async def two_replicas() -> bool:
+        workers = (await admin_get(admin, up, "/workers"))["workers"]
+        return sum("g_acc" in w["models"] for w in workers) == 2
+
+    await platform_eventually(two_replicas, "two replicas of g_acc", up)
+    ids: list[int | str] = [*range(1, 5), *(f"g-{n}" for n in range(4))]
+    client = aioclient.InferenceServerClient(address)
+    try:
+        sums = dict.fromkeys(ids, 0)
+        for step in range(3):
+            results = await asyncio.gather(
+                *(
+                    client.infer(
+                        "g_acc",
+                        _acc_input(index + 1, aioclient),
+                        sequence_id=cid,
+                        sequence_start=step == 0,
+                        sequence_end=step == 2,
+                        client_timeout=REQUEST_TIMEOUT_S,
+                    )
+                    for index, cid in enumerate(ids)
+                )
+            )
+            for index, (cid, result) in enumerate(zip(ids, results, strict=True)):
+                sums[cid] += index + 1
+                assert int(result.as_numpy("OUTPUT").item()) == sums[cid], (cid, step)
+    finally:
+        await client.close()
+
+    answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    stream_client = grpcclient.InferenceServerClient(address)
+    try:
+        stream_client.start_stream(callback=lambda result, error: answers.put((result, error)))
+        for step in range(3):
+            for index, cid in enumerate(ids):
+                stream_client.async_stream_infer(
+                    "g_acc",
+                    _acc_input(10 * (index + 1)),
+                    request_id=f"{cid}/{step}",
+                    sequence_id=cid,
+                    sequence_start=step == 0,
+                    sequence_end=step == 2,
+                )
+        got: dict[str, int] = {}
+        for _ in range(3 * len(ids)):
+            result, error = await asyncio.to_thread(answers.get, timeout=REQUEST_TIMEOUT_S)
+            assert error is None, error
+            got[result.get_response().id] = int(result.as_numpy("OUTPUT").item())
+        stream_client.stop_stream()
+    finally:
+        stream_client.close()
+    for index, cid in enumerate(ids):
+        assert [got[f"{cid}/{step}"] for step in range(3)] == [
+            10 * (index + 1) * (step + 1) for step in range(3)
+        ]
