@@ -11,6 +11,8 @@ batch-1 requests, closed loop at concurrency 1, 8 and 64:
   same ONNX model with ONNX Runtime (``bench.python_backend``'s), served by Triton over gRPC
   and by zeroserve over gRPC, under Triton's contract (a stub process, as in Triton) and
   under zeroserve's in-process contract.
+* the floor of zeroserve's gRPC stack: a grpc.aio server on uvloop answering ModelInfer at
+  once with a fixed response (``bench.grpc_echo``), no inference.
 
 The load generator is h2load (C, one thread; :mod:`bench.h2load`): the same pre-encoded
 request each time, ``-c`` connections of up to ``--streams-per-connection`` streams for
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import re
+import signal
 import socket
 import sys
 import tempfile
@@ -49,6 +52,7 @@ if __name__ == "__main__" and not __package__:
 
 from bench import h2load, machine, report
 from bench.grpc_contenders import CONTENDERS, Servers, check_answers, write_repository
+from bench.grpc_echo import run_echo
 from bench.grpc_points import Point, measure, summary, tables, targets
 from bench.python_backend import onnxruntime_for_triton
 from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
@@ -103,8 +107,15 @@ def _client(args: argparse.Namespace) -> str | None:
     return found
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # As an exception in the main thread, so that the servers are stopped and the regions
+    # and the .pth file removed on the way out (the default action skips all of that).
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     started_utc = datetime.now(UTC)
     client = _client(args)
     client_name = h2load.version(client) if client else "zeroserve bench (in process)"
@@ -120,8 +131,17 @@ def main(argv: list[str] | None = None) -> int:
                 ServerProcess(command, http_port, workdir / "zeroserve.log")
             )
             triton = _start_triton(args, stack, workdir, repository)
+            echo_port = free_port()
+            echo = stack.enter_context(run_echo(echo_port, workdir / "echo.log"))
             servers = stack.enter_context(
-                Servers(workdir, zeroserve.pid, http_port, f"127.0.0.1:{grpc_port}", triton)
+                Servers(
+                    workdir,
+                    zeroserve.pid,
+                    http_port,
+                    f"127.0.0.1:{grpc_port}",
+                    triton,
+                    (echo.pid, f"127.0.0.1:{echo_port}"),
+                )
             )
             triton_address = triton.grpc_address if triton is not None else None
             contenders = [c for c in CONTENDERS if triton_address or c.server != "triton"]

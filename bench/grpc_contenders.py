@@ -5,7 +5,8 @@ transports are compared on), and ``mlp_triton`` / ``mlp_inprocess``, the same ON
 inside a Python ``model.py`` under Triton's contract and under zeroserve's in-process one
 (``bench.python_backend``'s files). zeroserve serves all three; Triton, in explicit mode,
 only ``mlp_triton`` (its wheel has no ONNX backend, and the in-process contract is
-zeroserve's own).
+zeroserve's own). A grpc.aio echo server (``bench.grpc_echo``) answering at once, without
+inference, shows the floor of the gRPC stack zeroserve's listener is built on.
 
 :class:`Servers` owns what the run sends: one request body file per contender, written
 before any timing (a gRPC message with its 5-byte prefix, or an HTTP binary-tensor body),
@@ -59,7 +60,7 @@ class Contender:
 
     key: str
     label: str
-    server: Literal["zeroserve", "triton"]
+    server: Literal["zeroserve", "triton", "echo"]
     protocol: Literal["http", "grpc"]
     model: str
     is_shared_memory: bool = False
@@ -92,7 +93,18 @@ ZS_PYTHON_INPROCESS: Final = Contender(
 TRITON_PYTHON: Final = Contender(
     "triton_python", "Triton 2.51 gRPC, model.py", "triton", "grpc", "mlp_triton"
 )
-CONTENDERS: Final = (ZS_HTTP, ZS_GRPC, ZS_GRPC_SHM, ZS_PYTHON, ZS_PYTHON_INPROCESS, TRITON_PYTHON)
+GRPC_ECHO: Final = Contender(
+    "grpc_echo", "grpc.aio echo, no inference (bench/grpc_echo.py)", "echo", "grpc", "light"
+)
+CONTENDERS: Final = (
+    ZS_HTTP,
+    ZS_GRPC,
+    ZS_GRPC_SHM,
+    ZS_PYTHON,
+    ZS_PYTHON_INPROCESS,
+    TRITON_PYTHON,
+    GRPC_ECHO,
+)
 
 
 def write_repository(workdir: Path) -> Path:
@@ -105,7 +117,8 @@ def write_repository(workdir: Path) -> Path:
 
 class Servers:
     """Where each contender sends what; a context manager releasing the regions and
-    channels. ``triton`` None leaves Triton's contender out."""
+    channels. ``triton`` None leaves Triton's contender out; ``echo`` is the echo server's
+    pid and address."""
 
     def __init__(
         self,
@@ -114,11 +127,12 @@ class Servers:
         http_port: int,
         grpc_address: str,
         triton: TritonServer | None,
+        echo: tuple[int, str],
     ) -> None:
         self.workdir = workdir
         self.http_port = http_port
-        self.pids = {"zeroserve": zeroserve_pid}
-        self.grpc_addresses = {"zeroserve": grpc_address}
+        self.pids = {"zeroserve": zeroserve_pid, "echo": echo[0]}
+        self.grpc_addresses = {"zeroserve": grpc_address, "echo": echo[1]}
         if triton is not None:
             self.pids["triton"] = triton.process.pid
             self.grpc_addresses["triton"] = triton.grpc_address
@@ -212,7 +226,8 @@ class Servers:
 
 def check_answers(servers: Servers, contenders: list[Contender]) -> None:
     """Each contender's request, sent once with a real client, answers what ONNX Runtime
-    computes for the row; raises otherwise (a gRPC error raises with its status)."""
+    computes for the row (the echo server: an answer of the right shape); raises otherwise
+    (a gRPC error raises with its status)."""
     model_path = servers.workdir / "models" / SPEC.name / "1" / "model.onnx"
     session = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
     (expected,) = session.run([OUTPUT_NAME], {INPUT_NAME: servers.row})
@@ -225,6 +240,10 @@ def check_answers(servers: Servers, contenders: list[Contender]) -> None:
                 servers.call(contender.server, "ModelInfer", servers.messages[contender.key])
             )
             got = _output(answer, servers, contender)
+        if contender is GRPC_ECHO:
+            if got.shape != expected.shape:
+                raise RuntimeError(f"{contender.label} answered shape {got.shape}")
+            continue
         if not np.allclose(got, expected, rtol=1e-4, atol=1e-5):
             raise RuntimeError(f"{contender.label} answered {got}, ONNX Runtime {expected}")
 

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from bench import h2load, machine
 from bench.grpc_contenders import (
+    GRPC_ECHO,
     TRITON_PYTHON,
     ZS_GRPC,
     ZS_GRPC_SHM,
@@ -214,8 +215,9 @@ def tables(medians: dict[str, Any], concurrency: Sequence[int], *, has_triton: b
     rows = [
         "Transports (light MLP, ONNX Runtime; infer/s, p50 / p99 ms):",
         "",
-        "| c | HTTP/1.1 binary | gRPC | gRPC + system shared memory | gRPC ÷ HTTP |",
-        "| --- | --- | --- | --- | --- |",
+        "| c | HTTP/1.1 binary | gRPC | gRPC + system shared memory | gRPC ÷ HTTP "
+        "| grpc.aio echo, no inference |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for c in concurrency:
         cells = []
@@ -228,7 +230,8 @@ def tables(medians: dict[str, Any], concurrency: Sequence[int], *, has_triton: b
         ratio = _ratio(
             _cell(medians, ZS_GRPC, c, "infer_per_s"), _cell(medians, ZS_HTTP, c, "infer_per_s")
         )
-        rows.append(f"| {c} | {' | '.join(cells)} | {ratio} |")
+        echo = _rate(_cell(medians, GRPC_ECHO, c, "infer_per_s"))
+        rows.append(f"| {c} | {' | '.join(cells)} | {ratio} | {echo} |")
     rows += [
         "",
         "The same model.py (ONNX Runtime inside) over gRPC, infer/s:",

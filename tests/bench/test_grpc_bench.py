@@ -57,7 +57,7 @@ def test_quick_run_with_zeroserve_bench_as_the_client(tmp_path: Path) -> None:
     )
     assert "load generator: zeroserve bench" in output
     points = [line for line in output.splitlines() if line.startswith("repeat 0 ")]
-    assert len(points) == 2 * 5 and all(" errors 0 " in line for line in points), output
+    assert len(points) == 2 * 6 and all(" errors 0 " in line for line in points), output
 
 
 def test_connections_and_streams_make_the_concurrency() -> None:
