@@ -93,14 +93,6 @@ EXPORTS = {
         "unit_record",
         "unit_records",
     },
-    "control_plane.placement.units": {
-        "UnitWorkers",
-        "composing_names",
-        "is_ensemble",
-        "parts_of",
-        "unit_record",
-        "unit_records",
-    },
     "control_plane.placement.wake": {"SleeperApi", "Sleepers", "Woken"},
     "control_plane.placement.workers": {"PoolWorkers"},
     "control_plane.reaper": {
