@@ -10,10 +10,15 @@ server beyond those calls, and of Knative's controllers, is not verified here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import tomllib
+from collections.abc import AsyncIterator, Callable, Iterator
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client as k8s
+from packaging.requirements import Requirement
 
 from control_plane.backends.base import PoolSpec
 from control_plane.backends.knative.api import KubeApi
@@ -139,3 +144,58 @@ async def test_no_answer_is_an_error_not_a_hang():
         assert caught.value.status == 0
     finally:
         await api.close()
+
+
+async def test_patch_calls_are_what_the_installed_client_takes(
+    api: KubeApi, kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+):
+    """The backend passes ``_content_type`` (and ``field_manager``, ``force``) to the real
+    client's patch methods. The client checks keyword arguments itself: one it does not
+    know raises ``ApiTypeError`` (as ``_content_type`` does before kubernetes 36), and one
+    it takes but ignores would send its default patch type, which the fake server answers
+    with 415. So each call goes through the installed client's own method, unchanged, and
+    the content type asked for must be the one that reached the server."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def spy(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append((name, kwargs))
+            return original(self, *args, **kwargs)
+
+        return recorded
+
+    for cls, name in [
+        (k8s.CustomObjectsApi, "patch_namespaced_custom_object"),
+        (k8s.CoreV1Api, "patch_namespaced_pod"),
+    ]:
+        monkeypatch.setattr(cls, name, spy(name, getattr(cls, name)))
+    service = manifest()
+    await api.apply_service(service)
+    await api.patch_revision(revision_name(service), min_scale_patch(1, resource_version=None))
+    (pod,) = (await api.list_pods("zeroserve.io/pool"))["items"]
+    await api.patch_pod(pod["metadata"]["name"], deletion_cost_patch(-1))
+    apply, merge = "application/apply-patch+yaml", "application/merge-patch+json"
+    assert [(name, kwargs["_content_type"]) for name, kwargs in seen] == [
+        ("patch_namespaced_custom_object", apply),
+        ("patch_namespaced_custom_object", merge),
+        ("patch_namespaced_pod", merge),
+    ]
+    assert [r.content_type for r in kube.requests if r.method == "PATCH"] == [apply, merge, merge]
+
+
+def test_the_kubernetes_pin_is_where_content_type_works():
+    """pyproject's range for the client starts at 36, the first release whose patch methods
+    take ``_content_type``, in the k8s extra and the dev extra alike, and holds the client
+    the tests above ran."""
+    pyproject = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    pins = {
+        str(Requirement(line).specifier)
+        for extra in ("k8s", "dev")
+        for line in extras[extra]
+        if Requirement(line).name == "kubernetes"
+    }
+    (pin,) = pins
+    specifier = Requirement(f"kubernetes{pin}").specifier
+    assert not specifier.contains("35.0.0") and specifier.contains("36.0.0")
+    assert specifier.contains(version("kubernetes"))
