@@ -310,13 +310,13 @@ variable "node_cache_host_path" {
 }
 
 variable "knative_serving_version" {
-  description = "Knative Serving minor version the operator installs."
+  description = "Knative Serving minor version the operator installs: 1.21 or later, the first whose autoscaler follows the min-scale the control plane patches on Revisions (its preflight refuses older releases)."
   type        = string
   default     = "1.21"
 
   validation {
-    condition     = can(regex("^1\\.[0-9]+$", var.knative_serving_version))
-    error_message = "knative_serving_version must look like 1.21."
+    condition     = can(regex("^1\\.[0-9]+$", var.knative_serving_version)) && try(tonumber(split(".", var.knative_serving_version)[1]) >= 21, false)
+    error_message = "knative_serving_version must look like 1.21, and be 1.21 or later."
   }
 }
 

@@ -21,6 +21,7 @@ from activator.settings import ActivatorSettings
 from control_plane.backends.base import PoolSpec
 from control_plane.backends.knative.manifests import make_service
 from control_plane.backends.knative.settings import KnativeSettings
+from control_plane.backends.knative.version import CONTROLLER_DEPLOYMENT
 from control_plane.settings import ControlPlaneSettings
 from tests.control_plane.knative.schemas import (
     knative_service_errors,
@@ -229,7 +230,8 @@ def test_the_secret_holds_placeholders_only():
 
 def test_rbac_is_exactly_what_the_control_plane_calls():
     """The Kubernetes calls of backends/knative/api.py, and no more: no ClusterRole, no
-    wildcard, pods and Knative objects in one namespace, three config maps read-only."""
+    wildcard, pods and Knative objects in one namespace, three config maps and Knative's
+    controller Deployment (its release) read-only."""
     assert named("ClusterRole") == [] and named("ClusterRoleBinding") == []
     rules = {
         (d["metadata"]["namespace"], group, resource, verb, tuple(rule.get("resourceNames", ())))
@@ -265,7 +267,8 @@ def test_rbac_is_exactly_what_the_control_plane_calls():
     }
     config = {(g, r, v, names) for ns, g, r, v, names in rules if ns == "knative-serving"}
     assert config == {
-        ("", "configmaps", "get", ("config-features", "config-autoscaler", "config-defaults"))
+        ("", "configmaps", "get", ("config-features", "config-autoscaler", "config-defaults")),
+        ("apps", "deployments", "get", (CONTROLLER_DEPLOYMENT,)),
     }
     for binding in named("RoleBinding"):
         (subject,) = binding["subjects"]

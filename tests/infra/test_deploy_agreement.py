@@ -168,7 +168,7 @@ def test_the_control_plane_may_read_the_config_maps_terraform_writes() -> None:
     needed = {r.config_map for r in requirements}
     assert needed <= set(terraform_knative_config_maps())
     (reader,) = [r for r in named("Role") if r["metadata"]["namespace"] == KNATIVE_NAMESPACE]
-    (rule,) = reader["rules"]
+    (rule,) = [r for r in reader["rules"] if r["resources"] == ["configmaps"]]
     assert needed <= set(rule["resourceNames"])
     _, settings, _ = _settings("zeroserve-control-plane")
     assert settings.knative_namespace == KNATIVE_NAMESPACE

@@ -7,7 +7,7 @@ client's model classes: the backend's pure modules work on the same shapes the t
 
 The RBAC this needs is in ``deploy/kubernetes/rbac.yaml``: Knative Services (apply, delete),
 Revisions (get, patch) and pods (list, patch, delete) in the runtime namespace, and ``get``
-on three named config maps in ``knative-serving``.
+on three named config maps and the ``controller`` Deployment in ``knative-serving``.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ class KubeApi:
         self._client = api_client
         self._custom = k8s.CustomObjectsApi(api_client)
         self._core = k8s.CoreV1Api(api_client)
+        self._apps = k8s.AppsV1Api(api_client)
         self.namespace = namespace
         self._timeout = request_timeout_s
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kube-api")
@@ -187,6 +188,16 @@ class KubeApi:
         if doc is None:
             return None
         return {str(k): str(v) for k, v in (doc.get("data") or {}).items()}
+
+    async def read_deployment(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A Deployment in any namespace (Knative's, for its release labels); None when it
+        does not exist."""
+        return await self._get(
+            f"read deployment {namespace}/{name}",
+            self._apps.read_namespaced_deployment,
+            name,
+            namespace,
+        )
 
     async def close(self) -> None:
         """Wait for calls in flight (each is bounded by the request timeout), then close."""

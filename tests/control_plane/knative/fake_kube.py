@@ -3,7 +3,8 @@
 No API server can run here (no cluster, no container runtime, no etcd), so the backend's
 tests point the real ``kubernetes`` client at this small server instead. It implements only
 the calls the backend makes (server-side apply, get and delete of Knative Services; get and
-merge-patch of Revisions; list, merge-patch and delete of pods; get of config maps) and plays,
+merge-patch of Revisions; list, merge-patch and delete of pods; get of config maps and of
+Knative's controller Deployment, labelled with its release) and plays,
 in a few lines each, the controllers a cluster would run behind them:
 
 - Knative: an applied Service stamps the Revision its template names (the template is
@@ -46,6 +47,7 @@ from tests.control_plane.knative.schemas import knative_service_errors
 
 KNATIVE = "/apis/serving.knative.dev/v1/namespaces/(?P<ns>[^/]+)"
 CORE = "/api/v1/namespaces/(?P<ns>[^/]+)"
+APPS = "/apis/apps/v1/namespaces/(?P<ns>[^/]+)"
 MIN_SCALE = "autoscaling.knative.dev/min-scale"
 MAX_SCALE = "autoscaling.knative.dev/max-scale"
 REVISION_LABEL = "serving.knative.dev/revision"
@@ -109,6 +111,7 @@ class FakeKube:
         *,
         kubelet: Kubelet | None = None,
         config_maps: dict[tuple[str, str], dict[str, str]] | None = None,
+        knative_version: str | None = "1.21.0",
     ) -> None:
         self.lock = threading.RLock()
         self.kubelet: Kubelet = kubelet or InstantKubelet()
@@ -116,6 +119,10 @@ class FakeKube:
         self.revisions: dict[tuple[str, str], dict[str, Any]] = {}
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.config_maps = dict(config_maps or {})
+        self.deployments: dict[tuple[str, str], dict[str, Any]] = {}
+        """Only Knative's controller, labelled as a release labels it (None: absent)."""
+        if knative_version is not None:
+            self.set_knative_version(knative_version)
         self.forbidden_config_maps: set[tuple[str, str]] = set()
         self.requests: list[Request] = []
         self.conflicts_to_inject = 0
@@ -162,6 +169,20 @@ class FakeKube:
     def calls(self, method: str, fragment: str) -> list[Request]:
         with self.lock:
             return [r for r in self.requests if r.method == method and fragment in r.path]
+
+    def set_knative_version(
+        self, version: str, *, label: str = "app.kubernetes.io/version"
+    ) -> None:
+        with self.lock:
+            self.deployments[("knative-serving", "controller")] = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": "controller",
+                    "namespace": "knative-serving",
+                    "labels": {"app.kubernetes.io/name": "knative-serving", label: version},
+                },
+            }
 
     # ---- the kubelet's side ----
 
@@ -231,6 +252,7 @@ class FakeKube:
             ("PATCH", f"{CORE}/pods/(?P<name>[^/]+)", self._patch_pod),
             ("DELETE", f"{CORE}/pods/(?P<name>[^/]+)", self._delete_pod),
             ("GET", f"{CORE}/configmaps/(?P<name>[^/]+)", self._get_config_map),
+            ("GET", f"{APPS}/deployments/(?P<name>[^/]+)", self._get_deployment),
         ]
         for route_method, pattern, action in routes:
             match = re.fullmatch(pattern, path)
@@ -337,6 +359,9 @@ class FakeKube:
         if data is None:
             raise ApiError(404, "NotFound", f'configmaps "{name}" not found')
         return {"kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data}
+
+    def _get_deployment(self, *, ns: str, name: str, **_: Any) -> Any:
+        return self._get(self.deployments, ns, name, "deployments.apps")
 
     def _get(self, store: dict[Any, Any], ns: str, name: str, kind: str) -> Any:
         found = store.get((ns, name))

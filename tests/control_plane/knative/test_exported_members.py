@@ -46,6 +46,12 @@ EXPORTS = {
         "requirements_of",
     },
     "control_plane.backends.knative.settings": {"KnativeSettings", "PoolTemplate", "Toleration"},
+    "control_plane.backends.knative.version": {
+        "CONTROLLER_DEPLOYMENT",
+        "MIN_SERVING_VERSION",
+        "serving_version",
+        "version_problem",
+    },
 }
 
 
