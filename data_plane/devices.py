@@ -1,25 +1,23 @@
-"""What accelerators this process can use, found without importing a framework."""
+"""How many GPUs this worker can use, counted through NVML (:mod:`runtimes.nvml`).
+
+Never through CUDA: a ``cuInit`` here would leave the driver initialised in the worker, and
+vLLM's engine core, forked or spawned from it later, must find CUDA untouched.
+"""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
+import logging
+from collections.abc import Mapping
+
+from runtimes.nvml import count_gpus
+
+logger = logging.getLogger(__name__)
 
 
-def cuda_device_count() -> int:
-    """Number of CUDA devices the driver reports; 0 where there is no driver or no GPU.
-
-    Asks libcuda directly: importing torch just to count GPUs costs seconds at start.
-    """
-    name = ctypes.util.find_library("cuda") or "libcuda.so.1"
-    try:
-        lib = ctypes.CDLL(name)
-    except OSError:
-        return 0
-    count = ctypes.c_int(0)
-    try:
-        if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
-            return 0
-    except AttributeError:
-        return 0
-    return count.value
+def cuda_device_count(environ: Mapping[str, str] | None = None) -> int:
+    """Number of GPUs this process sees (``CUDA_VISIBLE_DEVICES`` applied); 0 where there is
+    no driver, no NVML or no GPU, with the reason logged."""
+    found = count_gpus(environ)
+    if found.reason:
+        logger.info("no GPU for models: %s", found.reason)
+    return found.count
