@@ -25,13 +25,14 @@ from data_plane.reshape import TensorReshape
 from data_plane.response_cache import ModelResponseCache, ResponseCache
 from data_plane.sequence import SequenceBatcher, create_sequence_batcher
 from data_plane.stats import ModelStats
-from data_plane.storage import CachedModel
+from data_plane.storage import CachedModel, ModelLayout
 from data_plane.warmup import read_samples, run_warmup
 from foundation import model_config
 from foundation.datatypes import protocol_from_config
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
 from runtimes.capabilities import Capabilities
+from runtimes.llm import hf_folder
 from runtimes.registry import RuntimeFactory, runtime_class_for
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,8 @@ def plan_load(
                 f"at least one version must be available under the version policy of model '{name}'"
             )
         newest = max(version_dirs, key=lambda p: int(p.name))
+        if cached.layout is ModelLayout.HUGGING_FACE:
+            hf_folder.complete_config(newest, config, gpu_count=gpu_count)
         runtime_class = runtime_class_for(config, newest)
         # Before anything reads the model's files as code (complete_config may).
         if not allow_model_code and model_code.runs_model_code(runtime_class):

@@ -5,6 +5,7 @@ or torch are missing, and :func:`load_runtime` loads it in the test's process.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,16 @@ def write_tiny_llm(
         max_model_len=max_model_len,
         parameters=parameters,
     )
+
+
+def write_hf_folder(parent: Path, name: str) -> Path:
+    """The tiny LLM as a plain Hugging Face folder ``parent/<name>``: what ``save_pretrained``
+    wrote (config.json, model.safetensors, the tokenizer files), with no config.pbtxt and no
+    version folder. Skips without transformers and torch."""
+    staging = parent / f".staging-{name}"
+    (write_tiny_llm(staging, name) / "1").rename(parent / name)
+    shutil.rmtree(staging)
+    return parent / name
 
 
 def prompt(*words: str) -> str:

@@ -9,7 +9,9 @@ an older version; downloads the rest with parallel ranged GETs; verifies, fsyncs
 the folder into place. The result comes back pinned: it is never evicted until unpinned.
 
 Local sources (``file://`` and plain paths) are not copied: a folder is used where it is,
-and a single file is laid out as ``1/model.<ext>`` through a symlink in the cache.
+and a single file is laid out as ``1/model.<ext>`` through a symlink in the cache. A Hugging
+Face model folder (:mod:`data_plane.storage.layout`) becomes version ``1`` of a Triton
+folder: its objects are fetched under ``1/``, a local one is linked as ``1``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -37,11 +39,16 @@ from data_plane.storage.errors import (
     StorageNotFoundError,
     StorageTimeoutError,
 )
+from data_plane.storage.layout import (
+    HF_VERSION,
+    ModelLayout,
+    as_version_one,
+    check_model_layout,
+)
 from data_plane.storage.metrics import CacheMetrics
 from data_plane.storage.s3 import Listing, S3Store, create_s3_client
 from data_plane.storage.settings import CacheSettings
 from data_plane.storage.uris import StorageUri, check_model_name
-from foundation.model_config import is_version
 from runtimes.cache.layout import (
     MODEL_FOLDER,
     CacheLayout,
@@ -67,7 +74,8 @@ class CachedModel:
     """A model folder ready to load, pinned in the node cache until :meth:`unpin`.
 
     ``path`` is a Triton-layout folder (``config.pbtxt`` if the source had one, and numeric
-    version folders). ``digest`` identifies the content: it changes when any object (S3:
+    version folders); ``layout`` says whether the source was one, or a Hugging Face folder
+    laid out as version 1. ``digest`` identifies the content: it changes when any object (S3:
     ETag; local: size or mtime) changes. Hold the pin while the model is loaded and unpin
     after unloading it, or when its load fails; :meth:`unpin` is idempotent.
     """
@@ -81,8 +89,10 @@ class CachedModel:
         size_bytes: int,
         fetched_bytes: int,
         pin: Pin | None,
+        layout: ModelLayout = ModelLayout.TRITON,
     ) -> None:
         self.path = path
+        self.layout = layout
         self.digest = digest
         self.uri = uri
         self.size_bytes = size_bytes
@@ -183,11 +193,13 @@ class NodeCache:
         started = time.monotonic()
         store = self._s3()
         listing = store.list_model(uri)
-        check_model_layout((o.relative for o in listing.objects), uri=str(uri))
+        layout = check_model_layout((o.relative for o in listing.objects), uri=str(uri))
+        if layout is ModelLayout.HUGGING_FACE:
+            listing = as_version_one(listing)
         entry = self._layout.entry_name(store.endpoint, str(uri))
         digest = _listing_digest(store.endpoint, uri, listing)
         version = self._layout.models / entry / digest[:32]
-        cached = self._open_version(uri, version, digest)
+        cached = self._open_version(uri, version, digest, layout)
         if cached is None:
             self._layout.ensure()
             try:
@@ -195,9 +207,9 @@ class NodeCache:
                     self._layout.lock_path(entry), timeout_s=self._settings.lock_timeout_s
                 ):
                     # Another process may have fetched it while we waited for the lock.
-                    cached = self._open_version(uri, version, digest)
+                    cached = self._open_version(uri, version, digest, layout)
                     if cached is None:
-                        cached = self._download(store, uri, listing, version, digest)
+                        cached = self._download(store, uri, listing, version, digest, layout)
             except LockTimeoutError as exc:
                 raise StorageTimeoutError(
                     uri=str(uri),
@@ -221,7 +233,9 @@ class NodeCache:
             logger.info("model %s from %s: node cache hit", model, uri, extra={"model": model})
         return cached
 
-    def _open_version(self, uri: StorageUri, version: Path, digest: str) -> CachedModel | None:
+    def _open_version(
+        self, uri: StorageUri, version: Path, digest: str, layout: ModelLayout
+    ) -> CachedModel | None:
         try:
             pin = Pin.acquire(version, timeout_s=self._settings.lock_timeout_s)
         except (FileNotFoundError, NotADirectoryError):
@@ -240,10 +254,17 @@ class NodeCache:
             size_bytes=int(manifest["size_bytes"]),
             fetched_bytes=0,
             pin=pin,
+            layout=layout,
         )
 
     def _download(
-        self, store: S3Store, uri: StorageUri, listing: Listing, version: Path, digest: str
+        self,
+        store: S3Store,
+        uri: StorageUri,
+        listing: Listing,
+        version: Path,
+        digest: str,
+        model_layout: ModelLayout,
     ) -> CachedModel:
         layout = self._layout
         layout.sweep_tmp()
@@ -296,6 +317,7 @@ class NodeCache:
             size_bytes=sum(o.size for o in listing.objects),
             fetched_bytes=fetched,
             pin=pin,
+            layout=model_layout,
         )
 
     def _make_room(self, uri: StorageUri, needed: int) -> None:
@@ -365,16 +387,27 @@ class NodeCache:
             # An ensemble's version folder is empty in Triton's layout: a version folder
             # counts as a model's even with nothing in it.
             folders = [f"{relative}/" for relative, path in entries if path.is_dir()]
-            check_model_layout([relative for relative, _ in files] + folders, uri=str(uri))
+            layout = check_model_layout([relative for relative, _ in files] + folders, uri=str(uri))
             digest = _local_digest(uri, [(rel, path.stat()) for rel, path in files])
             size = sum(path.stat().st_size for _, path in files)
+            if layout is ModelLayout.HUGGING_FACE:
+                # Presented as version 1 of a Triton folder, so what reads it sees one layout.
+                path = self._link_as(real, HF_VERSION)
+            else:
+                path = real
             return CachedModel(
-                path=real, digest=digest, uri=uri, size_bytes=size, fetched_bytes=0, pin=None
+                path=path,
+                digest=digest,
+                uri=uri,
+                size_bytes=size,
+                fetched_bytes=0,
+                pin=None,
+                layout=layout,
             )
         stat = real.stat()
         digest = _local_digest(uri, [("1/model", stat)])
         return CachedModel(
-            path=self._link_single_file(uri, real),
+            path=self._link_as(real, f"1/model{real.suffix}"),
             digest=digest,
             uri=uri,
             size_bytes=stat.st_size,
@@ -382,19 +415,22 @@ class NodeCache:
             pin=None,
         )
 
-    def _link_single_file(self, uri: StorageUri, real: Path) -> Path:
-        """``links/<entry>/model/1/model.<ext>`` pointing at ``real``, made atomically."""
+    def _link_as(self, real: Path, relative: str) -> Path:
+        """``links/<entry>/model/<relative>`` pointing at ``real`` (a single model file as
+        ``1/model.<ext>``, a Hugging Face folder as ``1``), made atomically; returns the
+        ``model`` folder."""
         layout = self._layout
         layout.ensure()
         folder = layout.links / layout.entry_name(str(real))
         model_dir = folder / MODEL_FOLDER
-        link = model_dir / "1" / f"model{real.suffix}"
+        link = model_dir / relative
         if link.is_symlink() and Path(os.readlink(link)) == real:
             return model_dir
         tmp = layout.new_tmp_dir("link", 0)
         try:
-            (tmp / MODEL_FOLDER / "1").mkdir(parents=True)
-            (tmp / MODEL_FOLDER / "1" / link.name).symlink_to(real)
+            made = tmp / MODEL_FOLDER / relative
+            made.parent.mkdir(parents=True)
+            made.symlink_to(real)
             if folder.exists():
                 layout.remove(folder)
             with contextlib.suppress(OSError):  # another process made the same link first
@@ -486,13 +522,3 @@ def _link(source: Path | None, dest: Path, size: int) -> bool:
         dest.unlink()
         return False
     return True
-
-
-def check_model_layout(relatives: Iterable[str], *, uri: str) -> None:
-    """Refuse a folder that holds no model: no numeric version folder with a file in it."""
-    if not any("/" in relative and is_version(relative.split("/", 1)[0]) for relative in relatives):
-        raise StorageNotFoundError(
-            uri=uri,
-            reason="no model here: expected a Triton model folder (config.pbtxt and numeric "
-            "version folders such as 1/model.onnx) or a single model file",
-        )
