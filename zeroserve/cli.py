@@ -69,6 +69,15 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="the response cache, as Triton's flag: local,size=<bytes>",
     )
     serve.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[MODE,]SETTING=VALUE",
+        help="request tracing, as Triton's flag (repeatable): level=TIMESTAMPS, rate=<n>, "
+        "count=<n>, mode=triton|opentelemetry, triton,file=<path>, triton,log-frequency=<n>, "
+        "opentelemetry,url=<url>, opentelemetry,resource=<key>=<value>",
+    )
+    serve.add_argument(
         "--demo",
         action="store_true",
         help="generate a demo ONNX model into the repository folder (./demo-models by default)",
@@ -81,6 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
     from data_plane.response_cache import cache_config_overrides
     from data_plane.server import run
     from data_plane.settings import DataPlaneSettings, ModelControlMode
+    from data_plane.trace.options import trace_config_overrides
 
     repository: str | None = args.model_repository
     if args.demo:
@@ -116,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["cache_dir"] = args.cache_dir
     try:
         overrides.update(cache_config_overrides(args.cache_config))
+        overrides.update(trace_config_overrides(args.trace_config))
     except ValueError as exc:
         print(f"zeroserve serve: {exc}", file=sys.stderr)
         return 2

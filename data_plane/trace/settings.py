@@ -2,22 +2,25 @@
 
 Mixed into the data plane's settings (``class DataPlaneSettings(BaseSettings, ServerLimits,
 TraceConfig)``), so they are read under its prefix: ``ZEROSERVE_DATA_PLANE_TRACE_FILE``,
-``ZEROSERVE_DATA_PLANE_TRACE_LEVEL=TIMESTAMPS`` and so on; :func:`trace_config_overrides`
+``ZEROSERVE_DATA_PLANE_TRACE_LEVEL=TIMESTAMPS`` and so on; `data_plane.trace.options`
 reads Triton's ``--trace-config`` options into the same fields. The trace file can only be
 set here: Triton refuses to change it through the protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import NoDecode
 
+from data_plane.trace.otel_support import otel_missing_reason
 from data_plane.trace.values import INT32_MAX, MIN_TRACE_COUNT, UINT32_MAX, TraceLevel
 
 _LEVEL_NAMES = frozenset({"OFF", "TIMESTAMPS", "TENSORS"})
+
+OTEL_DEFAULT_URL = "http://localhost:4318/v1/traces"
+"""Triton's default OTLP/HTTP endpoint (``opentelemetry,url=``)."""
 
 
 class TraceConfig(BaseModel):
@@ -42,10 +45,28 @@ class TraceConfig(BaseModel):
     trace_writer_queue_bound: int = Field(default=256, gt=0)
     """Writes waiting for the trace file; past it traces are dropped (and logged), so a slow
     disk never holds up requests."""
+    trace_mode: Literal["triton", "opentelemetry"] = "triton"
+    """``triton`` writes Triton's trace JSON to :attr:`trace_file`; ``opentelemetry`` sends
+    each trace as OpenTelemetry spans over OTLP/HTTP to :attr:`trace_otel_url` (``mode=``;
+    needs the ``otel`` extra)."""
+    trace_otel_url: str = OTEL_DEFAULT_URL
+    """Where spans go in ``opentelemetry`` mode (``opentelemetry,url=``); ``host:port/path``
+    without a scheme is taken as ``http://``."""
+    trace_otel_resource: Annotated[tuple[str, ...], NoDecode] = ()
+    """``key=value`` resource attributes of the spans (``opentelemetry,resource=``, comma
+    separated in the environment); ``service.name`` defaults to Triton's
+    ``triton-inference-server``."""
+    trace_otel_bsp_max_queue_size: int = Field(default=2048, gt=0, le=UINT32_MAX)
+    """Spans the batch span processor holds before it drops them (``opentelemetry,
+    bsp_max_queue_size=``)."""
+    trace_otel_bsp_schedule_delay_ms: int = Field(default=5000, ge=0, le=UINT32_MAX)
+    """Milliseconds between two exports (``opentelemetry,bsp_schedule_delay=``)."""
+    trace_otel_bsp_max_export_batch_size: int = Field(default=512, gt=0, le=UINT32_MAX)
+    """Most spans in one export (``opentelemetry,bsp_max_export_batch_size=``)."""
 
-    @field_validator("trace_level", mode="before")
+    @field_validator("trace_level", "trace_otel_resource", mode="before")
     @classmethod
-    def _split_levels(cls, value: object) -> object:
+    def _split_lists(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
@@ -60,6 +81,27 @@ class TraceConfig(BaseModel):
             raise ValueError("trace level OFF must stand alone")
         return value or ("OFF",)
 
+    @field_validator("trace_otel_resource")
+    @classmethod
+    def _resource_pairs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pair in value:
+            key, equals, _ = pair.partition("=")
+            if not equals or not key:
+                raise ValueError(f"resource attribute '{pair}' is not <key>=<value>")
+        return value
+
+    @model_validator(mode="after")
+    def _otel_installed(self) -> TraceConfig:
+        if self.trace_mode == "opentelemetry":
+            reason = otel_missing_reason()
+            if reason:
+                raise ValueError(reason)
+        if self.trace_otel_bsp_max_export_batch_size > self.trace_otel_bsp_max_queue_size:
+            raise ValueError(
+                "opentelemetry bsp_max_export_batch_size must be at most bsp_max_queue_size"
+            )
+        return self
+
     @property
     def start_level(self) -> TraceLevel:
         """The level :attr:`trace_level` names."""
@@ -68,39 +110,3 @@ class TraceConfig(BaseModel):
             if name != "OFF":
                 level |= TraceLevel[name]
         return level
-
-
-_GLOBAL_OPTIONS = {"rate": "trace_rate", "count": "trace_count"}
-_TRITON_OPTIONS = {"file": "trace_file", "log-frequency": "trace_log_frequency"}
-
-
-def trace_config_overrides(options: Sequence[str]) -> dict[str, Any]:
-    """:class:`TraceConfig` fields from Triton's ``--trace-config`` options: ``level=<OFF|
-    TIMESTAMPS|TENSORS>`` (repeatable), ``rate=<n>``, ``count=<n>``, ``mode=triton``,
-    ``triton,file=<path>``, ``triton,log-frequency=<n>``. Values are checked when the
-    settings are built; raises ValueError for an option of another form or mode
-    (``opentelemetry`` is not supported)."""
-    fields: dict[str, Any] = {}
-    levels: list[str] = []
-    for option in options:
-        mode, _, setting = option.rpartition(",")
-        name, equals, value = setting.partition("=")
-        if not equals or not name:
-            raise ValueError(
-                f"--trace-config option format is '<trace mode>,<setting>=<value>' or "
-                f"'<setting>=<value>', got '{option}'"
-            )
-        if mode in ("", "triton") and name == "mode":
-            if value != "triton":
-                raise ValueError(f"trace mode '{value}' is not supported; use triton")
-        elif mode == "" and name == "level":
-            levels.append(value)
-        elif mode == "" and name in _GLOBAL_OPTIONS:
-            fields[_GLOBAL_OPTIONS[name]] = value
-        elif mode == "triton" and name in _TRITON_OPTIONS:
-            fields[_TRITON_OPTIONS[name]] = value
-        else:
-            raise ValueError(f"unknown --trace-config setting '{option}'")
-    if levels:
-        fields["trace_level"] = tuple(levels)
-    return fields

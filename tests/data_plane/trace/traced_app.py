@@ -30,6 +30,13 @@ async def traced_data_plane(
         exit_timeout_s=5.0,
         **trace_settings,
     )
+    async with data_plane_client(settings) as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def data_plane_client(settings: DataPlaneSettings) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of the data plane that ``settings`` describe, served in process."""
     metrics = Metrics()
     cache = build_node_cache(settings, metrics)
     repository = build_repository(settings, metrics, cache, gpu_count=0)
