@@ -14,6 +14,7 @@ and transports read and change settings through the trace handler.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from data_plane.errors import InvalidArgumentError
 from data_plane.trace.request import RequestTrace
@@ -30,6 +31,11 @@ from data_plane.trace.values import (
 )
 from data_plane.trace.writer import TraceFile, TraceWriter
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    from data_plane.trace.otel import OtelSpans
+
 logger = logging.getLogger(__name__)
 
 _FIELDS = (LEVEL, RATE, COUNT, LOG_FREQUENCY)
@@ -38,10 +44,18 @@ _FIELDS = (LEVEL, RATE, COUNT, LOG_FREQUENCY)
 class TraceManager:
     """Trace settings of one server, and the traces taken under them."""
 
-    def __init__(self, config: TraceConfig) -> None:
+    def __init__(self, config: TraceConfig, *, span_exporter: SpanExporter | None = None) -> None:
+        """``span_exporter`` replaces the OTLP/HTTP exporter in trace mode ``opentelemetry``
+        (the mode needs the ``otel`` extra; the settings check it is there)."""
         self._buffer_traces = config.trace_buffer_traces
         self._writer = TraceWriter(bound=config.trace_writer_queue_bound)
         self._file = TraceFile(config.trace_file, self._writer)
+        self._spans: OtelSpans | None = None
+        if config.trace_mode == "opentelemetry":
+            # Imported here: the otel extra is optional, and only this mode needs it.
+            from data_plane.trace.otel import OtelSpans
+
+            self._spans = OtelSpans(config, self._writer, exporter=span_exporter)
         self._start = TraceValues(
             level=config.start_level,
             rate=config.trace_rate,
@@ -104,6 +118,8 @@ class TraceManager:
             setting.retire()
         self._file.close()
         await self._writer.close(timeout_s=timeout_s)
+        if self._spans is not None:
+            await self._spans.close(timeout_s=timeout_s)
 
     def _rebuilt(
         self, current: TraceSetting | None, fallback: TraceValues, update: TraceUpdate
@@ -144,6 +160,7 @@ class TraceManager:
             file=self._file,
             specified=specified,
             buffer_traces=self._buffer_traces,
+            spans=self._spans,
         )
 
     def _replace(self, model: str | None, setting: TraceSetting | None) -> None:

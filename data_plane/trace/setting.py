@@ -15,16 +15,26 @@ with a log frequency of 0, they go to the trace file early (Triton holds them al
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from data_plane.trace.record import TraceRecord
 from data_plane.trace.values import TraceLevel, TraceValues
 from data_plane.trace.writer import TraceFile
+
+
+class SpanSink(Protocol):
+    """Where traces go in trace mode ``opentelemetry``, each as it finishes."""
+
+    def export(self, record: TraceRecord) -> None: ...
 
 
 class TraceSetting:
     """The trace setting of the server, or of one model, until it is replaced.
 
     ``specified`` names the fields set for it rather than taken from the setting it falls
-    back to (the server's, for a model; the start-up values, for the server).
+    back to (the server's, for a model; the start-up values, for the server). With
+    ``spans`` (trace mode ``opentelemetry``) each trace goes there as it finishes, and the
+    file settings play no part.
     """
 
     __slots__ = (
@@ -33,6 +43,7 @@ class TraceSetting:
         "_file",
         "_is_retired",
         "_sampled",
+        "_spans",
         "_stream",
         "count",
         "invalid_reason",
@@ -52,6 +63,7 @@ class TraceSetting:
         file: TraceFile,
         specified: frozenset[str],
         buffer_traces: int,
+        spans: SpanSink | None = None,
     ) -> None:
         self.level = level
         self.rate = rate
@@ -65,13 +77,14 @@ class TraceSetting:
         self._collected = 0
         self._stream: list[TraceRecord] = []
         self._is_retired = False
+        self._spans = spans
         self.invalid_reason = ""
         """Why no request can be traced under this setting (Triton's texts); empty if one can."""
         if not level:
             self.invalid_reason = "tracing is disabled"
         elif rate == 0:
             self.invalid_reason = "sample rate must be non-zero"
-        elif not file.path:
+        elif not file.path and spans is None:
             self.invalid_reason = "trace file name is not given"
 
     @property
@@ -86,6 +99,7 @@ class TraceSetting:
             count=self.count,
             log_frequency=self.log_frequency,
             file=self._file.path,
+            mode="triton" if self._spans is None else "opentelemetry",
         )
 
     def sample(self) -> bool:
@@ -102,6 +116,10 @@ class TraceSetting:
 
     def collect(self, record: TraceRecord) -> None:
         """Take a finished trace, and write what is due."""
+        if self._spans is not None:
+            self._collected += 1
+            self._spans.export(record)
+            return
         stream = self._stream
         stream.append(record)
         self._collected += 1
