@@ -1,15 +1,16 @@
 """The engine alone: ``InferenceSession.run`` in a loop, set up exactly as the server sets it up.
 
 The server (``runtimes/onnx/builder.py``) builds its session from a fresh
-``ort.SessionOptions`` with ``intra_op_num_threads`` and ``inter_op_num_threads`` taken from
-its settings, both 0 (ONNX Runtime chooses) unless told otherwise, thread spinning by model
-size (on from ``runtimes.onnx.builder.SPINNING_MIN_WEIGHT_BYTES``), on the CPU provider only
-for ``device == "cpu"``, and calls ``session.run(output_names, feeds)``. The baseline does
+``ort.SessionOptions``: ``intra_op_num_threads`` from its settings where set, else, with
+thread spinning, by model size (``runtimes.onnx.threads.choose_threads``: one thread for a
+small model), ``inter_op_num_threads`` 0 (ONNX Runtime chooses), the CPU provider only for
+``device == "cpu"``, and calls ``session.run(output_names, feeds)``. The baseline does
 the same, in this process.
 """
 
 from __future__ import annotations
 
+import os
 import resource
 import threading
 import time
@@ -54,13 +55,16 @@ class Engine:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.intra_op_num_threads = (
-            INTRA_OP_THREADS if intra_op_threads is None else intra_op_threads
-        )
-        options.inter_op_num_threads = INTER_OP_THREADS
-        from runtimes.onnx.builder import SPINNING_MIN_WEIGHT_BYTES
+        from runtimes.onnx.threads import choose_threads
 
-        spinning = "1" if model_path.stat().st_size >= SPINNING_MIN_WEIGHT_BYTES else "0"
+        # One instance, as the benchmarks' configs declare.
+        policy = choose_threads(
+            weight_bytes=model_path.stat().st_size, instances=1, cores=len(os.sched_getaffinity(0))
+        )
+        threads = intra_op_threads or INTRA_OP_THREADS or policy.intra_op_threads
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = INTER_OP_THREADS
+        spinning = "1" if policy.is_spinning and threads != 1 else "0"
         options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
         options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
         self._session: Any = ort.InferenceSession(

@@ -1,9 +1,12 @@
 """One ONNX Runtime session with the options every server in the comparison uses.
 
 The same as ``runtimes/onnx/builder.py`` and ``bench/engine.py``: a fresh ``SessionOptions`` with
-``intra_op_num_threads`` and ``inter_op_num_threads`` from the environment (0, ONNX Runtime
-chooses, unless the benchmark says otherwise), thread spinning on only for models with at
-least 32 MiB of weights, and the CPU provider (or CUDA with ``ZEROSERVE_PEER_DEVICE=cuda``).
+``intra_op_num_threads`` and ``inter_op_num_threads`` from the environment where the
+benchmark sets them (non-zero), else as ``runtimes.onnx.threads.choose_threads`` decides for
+one instance: one thread and no spinning for a model under 32 MiB of weights, ONNX Runtime's
+pool (one thread per core) spinning from there (this file runs in the peers' own
+environments, without zeroserve, so the rule is repeated here); and the CPU provider (or CUDA
+with ``ZEROSERVE_PEER_DEVICE=cuda``).
 The benchmark passes its settings through ``ZEROSERVE_PEER_*`` variables.
 """
 
@@ -13,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-SPINNING_MIN_WEIGHT_BYTES = 32 * 2**20
-"""As ``runtimes.onnx.builder.SPINNING_MIN_WEIGHT_BYTES``."""
+SMALL_MODEL_MAX_BYTES = 32 * 2**20
+"""As ``runtimes.onnx.threads.SMALL_MODEL_MAX_BYTES``."""
 
 
 def open_session(path: str | Path) -> Any:
@@ -22,9 +25,11 @@ def open_session(path: str | Path) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = int(os.environ.get("ZEROSERVE_PEER_INTRA_OP_THREADS", "0"))
+    is_small = Path(path).stat().st_size < SMALL_MODEL_MAX_BYTES
+    threads = int(os.environ.get("ZEROSERVE_PEER_INTRA_OP_THREADS", "0")) or (1 if is_small else 0)
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = int(os.environ.get("ZEROSERVE_PEER_INTER_OP_THREADS", "0"))
-    spinning = "1" if Path(path).stat().st_size >= SPINNING_MIN_WEIGHT_BYTES else "0"
+    spinning = "0" if is_small or threads == 1 else "1"
     options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
     options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
     if os.environ.get("ZEROSERVE_PEER_DEVICE", "cpu") == "cuda":

@@ -9,16 +9,18 @@ thread counts, whether idle threads spin, whether weights are prepacked.
 from __future__ import annotations
 
 import logging
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TypeAlias
 
 import onnxruntime as ort
 
 from foundation.proto import model_config_pb2 as mc
-from runtimes.base import RuntimeOptions
+from runtimes.base import RuntimeOptions, instance_count
 from runtimes.errors import ModelLoadError
+from runtimes.onnx.threads import ThreadPolicy, choose_threads
 
 logger = logging.getLogger(__name__)
 
@@ -29,16 +31,9 @@ INTER_OP_THREADS_PARAMETER: Final = "inter_op_thread_count"
 ALLOW_SPINNING_PARAMETER: Final = "allow_spinning"
 """Config ``parameters`` key: ``true``/``false`` lets ONNX Runtime's idle threads spin or not.
 
-Unset, spinning is on for models with at least :data:`SPINNING_MIN_WEIGHT_BYTES` of weights
-and off below. Spinning threads wait for work by burning a core. For a small model the
-server's event loop is the bottleneck and needs that core (measured on 2 cores, light MLP of
-9.6 MB at 64 connections: 7,600 infer/s with spinning off, 6,000 with it on). For a large
-model the engine is the bottleneck, the loop needs little, and without spinning the second
-thread sleeps and wakes between every parallel section (heavy MLP of 168 MB: 1,000 infer/s
-off, 1,300-1,450 on).
+Unset, :func:`runtimes.onnx.threads.choose_threads` decides (with the thread count): a
+small model runs on one thread with no pool to spin, a large one spins its pool.
 """
-SPINNING_MIN_WEIGHT_BYTES: Final = 32 * 2**20
-"""Weight size (the version folder's files) from which spinning is on unless configured."""
 DISABLE_PREPACKING_PARAMETER: Final = "disable_prepacking"
 """Config ``parameters`` key: ``true`` skips weight prepacking at session creation.
 
@@ -66,7 +61,9 @@ class SessionBuilder:
     config: mc.ModelConfig
     options: RuntimeOptions
     weight_bytes: int
-    """The version folder's files, in bytes; decides spinning unless configured."""
+    """The version folder's files, in bytes; decides threads and spinning unless configured."""
+    cores: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+    """Cores this process may run on, shared among the model's instances."""
 
     def load_error(self, reason: str) -> ModelLoadError:
         """The error a failed load of this model raises."""
@@ -100,24 +97,35 @@ class SessionBuilder:
 
     def session_options(self) -> ort.SessionOptions:
         """Fresh options with the thread counts, spinning and prepacking this model gets."""
-        config = self.config
+        policy = self.thread_policy()
         options = ort.SessionOptions()
-        options.intra_op_num_threads = self._thread_count(
-            INTRA_OP_THREADS_PARAMETER, self.options.intra_op_threads
-        )
+        options.intra_op_num_threads = policy.intra_op_threads
         options.inter_op_num_threads = self._thread_count(
             INTER_OP_THREADS_PARAMETER, self.options.inter_op_threads
         )
-        if ALLOW_SPINNING_PARAMETER in config.parameters:
-            is_spinning = self._flag(ALLOW_SPINNING_PARAMETER)
-        else:
-            is_spinning = self.weight_bytes >= SPINNING_MIN_WEIGHT_BYTES
-        spinning = "1" if is_spinning else "0"
+        spinning = "1" if policy.is_spinning else "0"
         options.add_session_config_entry("session.intra_op.allow_spinning", spinning)
         options.add_session_config_entry("session.inter_op.allow_spinning", spinning)
         if self._flag(DISABLE_PREPACKING_PARAMETER):
             options.add_session_config_entry("session.disable_prepacking", "1")
         return options
+
+    def thread_policy(self) -> ThreadPolicy:
+        """Threads and spinning: the configuration's parameters, then the server's
+        ``intra_op_threads`` setting, then :func:`choose_threads` for this model."""
+        chosen = choose_threads(
+            weight_bytes=self.weight_bytes, instances=instance_count(self.config), cores=self.cores
+        )
+        threads = self._thread_count(
+            INTRA_OP_THREADS_PARAMETER, self.options.intra_op_threads or chosen.intra_op_threads
+        )
+        if ALLOW_SPINNING_PARAMETER in self.config.parameters:
+            is_spinning = self._flag(ALLOW_SPINNING_PARAMETER)
+        else:
+            # A single thread has no pool to keep awake; an explicit count keeps the
+            # size-based choice.
+            is_spinning = chosen.is_spinning and threads != 1
+        return ThreadPolicy(intra_op_threads=threads, is_spinning=is_spinning)
 
     def open(
         self, path: Path, options: ort.SessionOptions, providers: list[Provider]

@@ -325,24 +325,34 @@ async def test_models_mixing_bf16_and_bytes_are_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("parameter", "weight_bytes", "expected"),
+    ("parameters", "weight_bytes", "threads", "spinning"),
     [
-        pytest.param(None, 2**20, "0", id="small-model-off"),
-        pytest.param(None, 64 * 2**20, "1", id="large-model-on"),
-        pytest.param("true", 2**20, "1", id="small-model-opted-in"),
-        pytest.param("false", 64 * 2**20, "0", id="large-model-opted-out"),
+        pytest.param({}, 2**20, 1, "0", id="small-model-one-thread"),
+        pytest.param({}, 64 * 2**20, 4, "1", id="large-model-spinning-pool"),
+        pytest.param({"allow_spinning": "true"}, 2**20, 1, "1", id="small-model-opted-in"),
+        pytest.param({"allow_spinning": "false"}, 64 * 2**20, 4, "0", id="large-opted-out"),
+        pytest.param({"intra_op_thread_count": "3"}, 2**20, 3, "0", id="small-count-set"),
+        pytest.param({"intra_op_thread_count": "1"}, 64 * 2**20, 1, "0", id="large-count-one"),
     ],
 )
-def test_thread_spinning_follows_the_model_size_unless_configured(
-    tmp_path: Path, parameter: str | None, weight_bytes: int, expected: str
+def test_session_threads_follow_the_policy_unless_configured(
+    tmp_path: Path, parameters: dict[str, str], weight_bytes: int, threads: int, spinning: str
 ) -> None:
     config = read_config(write_onnx_mlp(tmp_path, "mlp"))
-    if parameter is not None:
-        config.parameters["allow_spinning"].string_value = parameter
-    builder = SessionBuilder("mlp", config, RuntimeOptions(), weight_bytes)
+    del config.instance_group[:]
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    builder = SessionBuilder("mlp", config, RuntimeOptions(), weight_bytes, cores=4)
     options = builder.session_options()
-    assert options.get_session_config_entry("session.intra_op.allow_spinning") == expected
-    assert options.get_session_config_entry("session.inter_op.allow_spinning") == expected
+    assert options.intra_op_num_threads == threads
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spinning
+    assert options.get_session_config_entry("session.inter_op.allow_spinning") == spinning
+
+
+def test_server_thread_setting_overrides_the_policy(tmp_path: Path) -> None:
+    config = read_config(write_onnx_mlp(tmp_path, "mlp"))
+    builder = SessionBuilder("mlp", config, RuntimeOptions(intra_op_threads=2), 2**20, cores=4)
+    assert builder.session_options().intra_op_num_threads == 2
 
 
 @pytest.mark.anyio
