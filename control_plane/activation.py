@@ -11,12 +11,18 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
 
     {"id", "model", "generation", "trigger",
      "outcome": "ready" | "revived" | "woken" | "failed",
-     "error", "queued_at" (wall clock), "worker": {"id", "url", "started"},
+     "error", "queued_at" (wall clock), "worker": {"id", "url", "started", "start_method"},
      "cache": "hit" | "miss" | "local" | "unknown", "bytes_fetched",
-     "phases": [{"phase": "queued" | "worker_ready" | "fetched" | "engine_built" | "wake"
-                          | "ready" | "first_response",
+     "phases": [{"phase": "queued" | "worker_process" | "worker_ready" | "fetched"
+                          | "engine_built" | "wake" | "ready" | "first_response",
                  "at_s": seconds since queued}, ...],
-     "durations_s": {"worker", "fetch", "engine", "load", "wake", "total", "first_response"}}
+     "durations_s": {"worker", "worker_boot", "fetch", "engine", "load", "wake", "total",
+                     "first_response"}}
+
+When the activation started a worker and the backend timed its start (the local backend
+does), ``worker_process`` is when its process existed (forked from the template, or
+spawned) and ``durations_s.worker_boot`` the time from then to its first liveness answer;
+``worker.start_method`` says which (``forked``, ``spawned``; absent for pods).
 
 A ``woken`` activation woke a sleeping replica (an LLM engine kept asleep on its worker): its
 ``wake`` phase replaces ``engine_built`` and ``durations_s.wake`` replaces ``load``.
@@ -353,8 +359,13 @@ class Orchestrator:
         worker_s = result.worker_ready_at - queued
         load_s = result.loaded_at - result.worker_ready_at
         phases = timeline["phases"]
-        phases.append({"phase": "worker_ready", "at_s": round(worker_s, 6)})
         durations: dict[str, float | None] = {"worker": round(worker_s, 6)}
+        boot_s = result.worker.boot_s
+        if result.is_worker_started and boot_s is not None:
+            boot_s = min(boot_s, worker_s)
+            phases.append({"phase": "worker_process", "at_s": round(worker_s - boot_s, 6)})
+            durations["worker_boot"] = round(boot_s, 6)
+        phases.append({"phase": "worker_ready", "at_s": round(worker_s, 6)})
         report = result.load
         cache = "unknown"
         if report is not None:
@@ -386,6 +397,8 @@ class Orchestrator:
             },
             durations_s=durations,
         )
+        if result.worker.start_method:
+            timeline["worker"]["start_method"] = result.worker.start_method
         if result.evicted:
             timeline["evicted"] = list(result.evicted)
         if result.is_worker_started:

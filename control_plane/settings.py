@@ -81,6 +81,10 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Most workers the pool may have at once."""
     warm_workers: int = Field(default=0, ge=0)
     """Empty workers kept running for fast cold starts."""
+    worker_template: bool = True
+    """Local workers are forked from a template process that has imported the data plane
+    (Linux; a worker then starts in a fraction of an interpreter's start); off, or where
+    the template is unavailable, each worker is a new ``python -m data_plane`` process."""
     worker_start_timeout_s: float = Field(default=120.0, gt=0)
     """How long a new worker may take to answer its liveness probe."""
     worker_stop_timeout_s: float = Field(default=30.0, gt=0)

@@ -94,6 +94,12 @@ class WorkerRecord:
     grpc_address: str = ""
     """``host:port`` of the worker's gRPC server (Triton's inference service), e.g.
     ``127.0.0.1:8124``; empty when it serves no gRPC."""
+    start_method: str = ""
+    """How its process came about: ``forked`` (from the local worker template), ``spawned``
+    (a new interpreter); empty where the backend does not say (pods)."""
+    boot_s: float | None = None
+    """Seconds from its process existing to its first answer to a liveness probe (a spawned
+    worker's imports included); None where the backend does not say."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,6 +9,12 @@ kills it, so no orphan survives any way the parent goes.
 
 A worker whose process exits, or that fails ``worker_health_failures`` probes in a row, is
 killed (its whole process group) and reported to the ``WorkerLost`` callback.
+
+With ``worker_template`` on (Linux), a worker is forked from a template process started
+with the backend (`template`), which has imported the data plane already; the worker then
+is the template's child, and the template reports its exit. Stopping, killing and probing
+work on its pid as on a spawned worker's. While the template is starting a worker waits for
+it; where it failed or died, workers are spawned instead.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import httpx
 
 from control_plane.backends.base import PodBackend, PoolSpec, WorkerLost
+from control_plane.backends.template import TemplateUnavailableError, WorkerTemplate
 from control_plane.errors import NoCapacityError, WorkerStartError
 from control_plane.settings import ControlPlaneSettings
 from control_plane.worker_client import probe_live, probe_round
@@ -43,14 +51,31 @@ __all__ = ["LocalBackend", "free_port"]
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-_LIVE_POLL_S = 0.05
+# Short: a forked worker answers some 100 ms after its fork, and each poll is one
+# refused connection until then.
+_LIVE_POLL_S = 0.01
 _PORT_ATTEMPTS = 3
+FORKED = "forked"
+SPAWNED = "spawned"
+
+
+class WorkerProcess(Protocol):
+    """A worker's process as the backend watches it: a spawned child
+    (``asyncio.subprocess.Process``) or a forked one (`template.ForkedProcess`)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
 
 
 @dataclass
 class _Worker:
     record: WorkerRecord
-    process: asyncio.subprocess.Process
+    process: WorkerProcess
     log_path: Path | None
     is_stopping: bool = False
     failures: int = 0
@@ -133,11 +158,15 @@ class LocalBackend(PodBackend):
         self._health_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._is_closed = False
+        self._template: WorkerTemplate | None = None
+        self._template_start: asyncio.Task[Any] | None = None
 
     # ---- PodBackend ----
 
     async def ensure_pool(self, pool: PoolSpec) -> None:
         self._pools[pool.name] = pool
+        if self._template is None and self._settings.worker_template:
+            self._start_template(pool)
         if self._health_task is None:
             self._health_task = asyncio.create_task(
                 self._health_loop(), name="local-backend-health"
@@ -196,7 +225,7 @@ class LocalBackend(PodBackend):
         worker = self._workers.get(worker_id)
         if worker is None:
             return {}
-        doc: dict[str, object] = {"pid": worker.process.pid}
+        doc: dict[str, object] = {"pid": worker.process.pid, "start": worker.record.start_method}
         if worker.log_path is not None:
             doc["log"] = str(worker.log_path)
         return doc
@@ -217,7 +246,17 @@ class LocalBackend(PodBackend):
             *(self._terminate(w) for w in list(self._workers.values())), return_exceptions=True
         )
         self._workers.clear()
+        if self._template_start is not None:
+            self._template_start.cancel()
+            await asyncio.gather(self._template_start, return_exceptions=True)
+        if self._template is not None:
+            await self._template.close()
         await self._http.aclose()
+
+    @property
+    def template_pid(self) -> int | None:
+        """The worker template's process id; None when there is none."""
+        return self._template.pid if self._template is not None else None
 
     def kill_now(self) -> None:
         """SIGKILL every worker's process group at once, without waiting (a last resort
@@ -227,6 +266,33 @@ class LocalBackend(PodBackend):
                 _signal_group(worker.process.pid, signal.SIGKILL)
 
     # ---- processes ----
+
+    def _start_template(self, pool: PoolSpec) -> None:
+        if not sys.platform.startswith("linux"):
+            return
+        # torch only where the pool's models need it: importing it costs seconds and
+        # memory in every worker. Importing it does not initialise CUDA.
+        preload = ("torch",) if pool.device == "cuda" else ()
+        self._template = WorkerTemplate(
+            self._python, self._environment(), preload=preload, preexec=self._preexec
+        )
+        self._template_start = asyncio.create_task(
+            self._template.start(self._settings.worker_start_timeout_s),
+            name="worker-template-start",
+        )
+        # Its failure is logged by the template and read by the next fork.
+        self._template_start.add_done_callback(lambda task: task.cancelled() or task.exception())
+
+    def _settings_for(self, port: int, grpc_port: int) -> dict[str, object]:
+        """The data plane settings `_command` gives a spawned worker, for a forked one."""
+        return {
+            "model_repository": str(self._repository),
+            "host": "127.0.0.1",
+            "http_port": port,
+            "grpc_port": grpc_port,
+            "model_control_mode": "explicit",
+            "cache_dir": str(self._settings.cache_dir),
+        }
 
     def _command(self, port: int, grpc_port: int) -> list[str]:
         return [
@@ -260,7 +326,8 @@ class LocalBackend(PodBackend):
         log_path = None
         if self._settings.worker_log_dir is not None:
             log_path = self._settings.worker_log_dir / f"{worker_id}.log"
-        process = await self._exec(self._command(port, grpc_port), log_path)
+        process, method = await self._launch(worker_id, port, grpc_port, log_path)
+        launched = time.monotonic()
         record = WorkerRecord(
             id=worker_id,
             url=f"http://127.0.0.1:{port}",
@@ -270,11 +337,13 @@ class LocalBackend(PodBackend):
             state=WorkerState.STARTING,
             started_at=time.time(),
             grpc_address=f"127.0.0.1:{grpc_port}",
+            start_method=method,
         )
         worker = _Worker(record=record, process=process, log_path=log_path)
         logger.info(
-            "worker %s starting (pid %d, port %d)",
+            "worker %s starting (%s, pid %d, port %d)",
             worker_id,
+            method,
             process.pid,
             port,
             extra={"worker": worker_id},
@@ -287,11 +356,33 @@ class LocalBackend(PodBackend):
         if reason is not None:
             await self._terminate(worker)
             return None, reason
-        worker.record = dataclasses.replace(record, state=WorkerState.READY)
+        boot_s = round(time.monotonic() - launched, 6)
+        worker.record = dataclasses.replace(record, state=WorkerState.READY, boot_s=boot_s)
         self._workers[worker_id] = worker
         worker.watcher = asyncio.create_task(self._watch(worker), name=f"watch-{worker_id}")
         logger.info("worker %s ready at %s", worker_id, record.url, extra={"worker": worker_id})
         return worker, ""
+
+    async def _launch(
+        self, worker_id: str, port: int, grpc_port: int, log_path: Path | None
+    ) -> tuple[WorkerProcess, str]:
+        """The worker's process, forked from the template where it can be, else spawned."""
+        template = self._template
+        if template is not None and self._template_start is not None:
+            # A worker asked for while the template starts waits for it (bounded by the
+            # start's timeout): its imports are under way already.
+            await asyncio.wait([self._template_start])
+        if template is not None and template.is_usable:
+            try:
+                if log_path is not None:
+                    await asyncio.to_thread(log_path.parent.mkdir, parents=True, exist_ok=True)
+                forked = await template.fork(
+                    worker_id, self._settings_for(port, grpc_port), log_path
+                )
+                return forked, FORKED
+            except TemplateUnavailableError as exc:
+                logger.warning("worker %s: %s; spawning it", worker_id, exc.message)
+        return await self._exec(self._command(port, grpc_port), log_path), SPAWNED
 
     async def _exec(self, argv: Sequence[str], log_path: Path | None) -> asyncio.subprocess.Process:
         if log_path is None:
