@@ -2,7 +2,8 @@
 and wake (LLM engines), and the worker's counters.
 
 A load is ``POST /v2/repository/models/{name}/load`` with ``storage_uri`` (and ``config``,
-a Triton ModelConfig JSON string, when the registration carries one). The worker's answer
+a Triton ModelConfig JSON string, when the registration carries one; its ``parameters``
+then carry the registration's ``memory_bytes``). The worker's answer
 says where the model's files came from for that load alone (``hit``, ``miss`` or ``local``),
 the bytes it downloaded and how long getting them took; a worker that answers without it
 (Triton itself) leaves the report's cache ``unknown``.
@@ -60,6 +61,12 @@ def load_body(model: ModelRecord, *, allow_model_code: bool = True) -> dict[str,
             config["backend"] = model.backend
         if model.platform and not config.get("platform"):
             config["platform"] = model.platform
+        given = config.get("parameters") or {}
+        if model.resources.memory_bytes and "memory_bytes" not in given:
+            # The runtimes size themselves by it: vLLM's share of the GPU, ONNX Runtime's
+            # CUDA arena.
+            memory = {"string_value": str(model.resources.memory_bytes)}
+            config["parameters"] = {**given, "memory_bytes": memory}
         parameters["config"] = json.dumps(config)
     return {"parameters": parameters}
 

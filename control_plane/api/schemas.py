@@ -222,6 +222,24 @@ class ModelCreate(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _vllm_memory(self) -> Self:
+        # The placer shares a GPU among models by memory_bytes (0 counts as small), and a
+        # vLLM replica's share of the GPU is derived from it; without it vLLM would take
+        # 90% of a GPU that other models are placed on.
+        backend = self.backend or (self.config or {}).get("backend")
+        if (
+            backend == "vllm"
+            and self.resources.device == "cuda"
+            and not self.resources.memory_bytes
+        ):
+            raise ValueError(
+                "a vllm model on a GPU needs resources.memory_bytes (one replica's weights "
+                "plus KV cache): the placer shares GPUs by it and vLLM's "
+                "gpu_memory_utilization is derived from it"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _ensemble_steps(self) -> Self:
         # The platform places an ensemble with the models its steps run, so it must know
         # them without reading the model store.

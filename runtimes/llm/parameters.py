@@ -40,6 +40,13 @@ COMMON: Final[Mapping[str, Option]] = {
     "token_timeout_s": Option(
         float, 300.0, "longest wait for the next token before the request fails", minimum=0.001
     ),
+    "memory_bytes": Option(
+        int,
+        0,
+        "device memory one replica may take (the registration's resources.memory_bytes); "
+        "0: not given",
+        minimum=0,
+    ),
 }
 """Keys every LLM engine takes."""
 

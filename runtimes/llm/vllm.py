@@ -3,9 +3,11 @@
 ``vllm`` (the ``zeroserve[vllm]`` extra, pinned to 0.11.0) is imported inside :meth:`load`,
 so this module imports on machines without it or without a GPU. The engine is vLLM's
 ``AsyncLLM`` built from ``AsyncEngineArgs`` over the model folder fetched through the node
-cache; engine arguments come from the config's ``parameters`` (the common ones plus
-``gpu_memory_utilization``, ``tensor_parallel_size``, ``enable_sleep_mode`` (on by default),
-``enforce_eager``, ``enable_prefix_caching``, ``kv_cache_dtype``, ``swap_space``). Prompts are
+cache, its engine core started with spawn (:mod:`runtimes.llm.vllm_setup`); engine arguments
+come from the config's ``parameters`` (the common ones plus ``gpu_memory_utilization``,
+derived from ``memory_bytes`` and the GPU's total when not given, ``tensor_parallel_size``,
+``enable_sleep_mode`` (on by default), ``enforce_eager``, ``enable_prefix_caching``,
+``kv_cache_dtype``, ``swap_space``). Prompts are
 tokenized here (the folder's tokenizer, as vLLM would load it) and handed over as token ids,
 so the OpenAI surface counts the same tokens the engine sees.
 
@@ -22,6 +24,7 @@ vLLM places itself on the GPUs the process sees: start the worker with
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncGenerator, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -29,13 +32,17 @@ from typing import Any, Final
 from runtimes.errors import EngineDeadError, InternalError, UnsupportedError
 from runtimes.llm.base import LLMRuntime
 from runtimes.llm.parameters import COMMON, Option
+from runtimes.llm.vllm_setup import gpu_memory_utilization, use_spawn
+from runtimes.nvml import device_memory_total
 from runtimes.sampling import Delta, EngineLoad, FinishReason, SamplingParams
 
 logger = logging.getLogger(__name__)
 
 OPTIONS: Final[Mapping[str, Option]] = {
     **COMMON,
-    "gpu_memory_utilization": Option(float, 0.9, "share of GPU memory vLLM may take", 0.01),
+    "gpu_memory_utilization": Option(
+        float, None, "share of GPU memory vLLM may take; default: from memory_bytes", 0.01
+    ),
     "tensor_parallel_size": Option(int, 1, "GPUs the model is split over", minimum=1),
     "enable_sleep_mode": Option(bool, True, "allow sleep (level 1) between loaded and not"),
     "enforce_eager": Option(bool, False, "skip CUDA graph capture (faster start, slower run)"),
@@ -47,7 +54,6 @@ OPTIONS: Final[Mapping[str, Option]] = {
 _FINISH: Final[Mapping[str, FinishReason]] = {"stop": "stop", "length": "length", "abort": "abort"}
 
 _ENGINE_ARG_KEYS: Final = (
-    "gpu_memory_utilization",
     "tensor_parallel_size",
     "enable_sleep_mode",
     "enforce_eager",
@@ -81,6 +87,22 @@ class VllmRuntime(LLMRuntime):
         self._engine = await self.run_blocking(self._load_sync, model_dir)
 
     def _load_sync(self, model_dir: Path) -> Any:
+        # Before vLLM is imported: its environment is read when the engine starts.
+        use_spawn(os.environ)
+        values = self.parameters
+        configured = values["gpu_memory_utilization"]
+        budget = int(values["memory_bytes"] or 0)
+        try:
+            fraction = gpu_memory_utilization(
+                configured=None if configured is None else float(configured),
+                memory_bytes=budget,
+                # NVML, not torch: CUDA stays uninitialised in this process.
+                device_total_bytes=device_memory_total(0)
+                if configured is None and budget
+                else None,
+            )
+        except ValueError as exc:
+            raise self.load_error(str(exc)) from exc
         try:
             import vllm
             from transformers import AutoTokenizer
@@ -90,8 +112,8 @@ class VllmRuntime(LLMRuntime):
             raise self.load_error(
                 f"vLLM is not installed ({exc}); pip install 'zeroserve[vllm]'"
             ) from exc
-        values = self.parameters
         arguments: dict[str, Any] = {key: values[key] for key in _ENGINE_ARG_KEYS}
+        arguments["gpu_memory_utilization"] = fraction
         if values["max_model_len"] is not None:
             arguments["max_model_len"] = values["max_model_len"]
         if values["enable_prefix_caching"] is not None:
