@@ -148,3 +148,11 @@ def test_unreadable_config_json_is_refused(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{nope")
     with pytest.raises(hf_folder.HfFolderError, match="config.json cannot be read"):
         hf_folder.complete_config(tmp_path, ModelConfig(), gpu_count=0)
+
+
+def test_a_causal_lm_named_otherwise_is_found_in_transformers_list(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    config = ModelConfig()
+    folder = _folder(tmp_path, {"architectures": ["Gemma3ForConditionalGeneration"]})
+    hf_folder.complete_config(folder, config, gpu_count=0)
+    assert config.backend == "transformers"
