@@ -33,6 +33,11 @@ module "eks" {
     kube-proxy = {}
     vpc-cni = {
       before_compute = true
+      # The CNI's network policy agent: without it the API server takes NetworkPolicies and
+      # nothing enforces them (deploy/kubernetes/networkpolicies.yaml).
+      configuration_values = jsonencode({
+        enableNetworkPolicy = "true"
+      })
     }
     aws-ebs-csi-driver = {
       service_account_role_arn = aws_iam_role.irsa["ebs_csi"].arn
@@ -72,6 +77,10 @@ module "eks" {
       desired_size = var.gpu_node_count.min
       labels = {
         (local.gpu_label.key) = local.gpu_label.value
+        # The cluster autoscaler treats a node with this label as a GPU node: it waits for
+        # the device plugin to advertise nvidia.com/gpu instead of judging the new node
+        # useless for the pending GPU pod and bringing yet another one.
+        (local.accelerator_label) = local.gpu_accelerator
       }
       # Only pods that tolerate the GPU taint (runtime pools, the device plugin) land here.
       taints = {

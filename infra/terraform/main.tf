@@ -27,6 +27,24 @@ locals {
   gpu_label = { key = "zeroserve.io/node-pool", value = "gpu" }
   gpu_taint = { key = "nvidia.com/gpu", value = "true", effect = "NO_SCHEDULE" }
 
+  # The cluster autoscaler's GPU label on AWS, valued with the GPU of the node group's first
+  # instance type's family.
+  accelerator_label = "k8s.amazonaws.com/accelerator"
+  gpu_accelerators = {
+    g4dn      = "nvidia-tesla-t4"
+    g5        = "nvidia-a10g"
+    g6        = "nvidia-l4"
+    gr6       = "nvidia-l4"
+    g6e       = "nvidia-l40s"
+    p4d       = "nvidia-tesla-a100"
+    p4de      = "nvidia-tesla-a100"
+    p5        = "nvidia-h100"
+    p5e       = "nvidia-h200"
+    p5en      = "nvidia-h200"
+    "p6-b200" = "nvidia-b200"
+  }
+  gpu_accelerator = lookup(local.gpu_accelerators, split(".", var.gpu_instance_types[0])[0], "nvidia")
+
   # The user of the runtime images (docker/, control_plane/backends/knative RUNTIME_UID):
   # it owns the node cache folder on GPU nodes.
   runtime_uid = 10001

@@ -235,13 +235,38 @@ variable "acm_certificate_arn" {
 }
 
 variable "knative_pools" {
-  description = "ZEROSERVE_KNATIVE_POOLS (JSON: runtime image, GPUs, node selector, tolerations per pool); empty keeps deploy/kubernetes/config.yaml's."
+  description = "ZEROSERVE_KNATIVE_POOLS (JSON: runtime image, GPUs, node selector, tolerations per pool); empty: the gpu and vllm pools of pools.tf, with requests computed for gpu_instance_types."
   type        = string
   default     = ""
 
   validation {
     condition     = var.knative_pools == "" || can(jsondecode(var.knative_pools))
     error_message = "knative_pools must be JSON (or empty)."
+  }
+}
+
+variable "runtime_images" {
+  description = "Runtime images of the pools pools.tf writes (docker/runtime-cuda.Dockerfile, docker/runtime-vllm.Dockerfile); pin them by digest in production."
+  type        = object({ cuda = string, vllm = string })
+  default = {
+    cuda = "ghcr.io/zeroserve/runtime-cuda:0.1.0"
+    vllm = "ghcr.io/zeroserve/runtime-vllm:0.1.0"
+  }
+
+  validation {
+    condition     = alltrue([for image in values(var.runtime_images) : length(image) > 0 && !can(regex("\\s", image))])
+    error_message = "runtime_images must be image references without spaces."
+  }
+}
+
+variable "vllm_shm_size" {
+  description = "Size of the vLLM pool's memory-backed /dev/shm (counts against the pod's memory limit)."
+  type        = string
+  default     = "2Gi"
+
+  validation {
+    condition     = can(regex("^[0-9]+(Mi|Gi)$", var.vllm_shm_size))
+    error_message = "vllm_shm_size must be a quantity in Mi or Gi, like 2Gi."
   }
 }
 

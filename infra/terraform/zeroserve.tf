@@ -2,8 +2,8 @@
 # rendered with this cluster's values and applied object by object. What Terraform changes
 # in it, by kustomize, and nothing else:
 #   ConfigMap zeroserve-config   merged: the model bucket, the region, CloudWatch on, the
-#                                node cache folder on local NVMe (and the pools, if given;
-#                                gRPC off, if serve_grpc is false)
+#                                node cache folder on local NVMe, the pools (pools.tf, or
+#                                knative_pools; gRPC off, if serve_grpc is false)
 #   Secret    zeroserve-secrets  replaced: the admin token and the Redis URL (TLS, auth)
 #   ServiceAccounts              annotated with their IRSA roles
 #   Ingress   zeroserve          the ACM certificate, when acm_certificate_arn is set
@@ -31,7 +31,7 @@ locals {
       ZEROSERVE_ACTIVATOR_CLOUDWATCH_ENABLED     = "true"
       ZEROSERVE_KNATIVE_CACHE_HOST_PATH          = var.node_cache_host_path
     },
-    var.knative_pools != "" ? { ZEROSERVE_KNATIVE_POOLS = var.knative_pools } : {},
+    { ZEROSERVE_KNATIVE_POOLS = var.knative_pools != "" ? var.knative_pools : jsonencode(local.knative_pools) },
     # The gRPC port itself is deploy/kubernetes' (the ConfigMap, the activator's container and
     # Service ports, the network policies agree on it); the nodes' security group already
     # admits node-to-node traffic on ports above 1024, where it is, as for the HTTP ports.

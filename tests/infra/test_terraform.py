@@ -94,7 +94,7 @@ def test_the_configuration_has_what_the_issue_asks_for() -> None:
         "kubectl_manifest",
     } <= resources
     modules = {_text(name) for path in FILES for m in _load(path).get("module", []) for name in m}
-    assert modules == {"vpc", "eks", "lb_controller_irsa"}
+    assert modules == {"vpc", "eks", "lb_controller_irsa", "gpu_pod_requests"}
     charts = {
         _text(body["chart"]) for type_, _, body in _blocks("resource") if type_ == "helm_release"
     }

@@ -19,6 +19,10 @@ Choices that differ from Knative's defaults, and why (shared/research/knative-ks
   marks a revision failed and scales it to zero when this runs out.
 - ``networking.knative.dev/visibility: cluster-local``: the pool is never exposed on Knative's
   ingress; the activator is the only front door.
+- ``cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`` (Knative copies a Revision's
+  non-autoscaling annotations to its pods): a pod holds loaded models the control plane
+  placed there, so the cluster autoscaler must not evict it to consolidate nodes; the
+  control plane scales pools down itself.
 - The data plane's gRPC port is in its arguments but not among the container's ports:
   Knative takes one port per Service (the one its queue-proxy fronts); the activator reaches
   pods at their IP on both ports, bypassing the queue-proxy as it does for HTTP.
@@ -44,6 +48,8 @@ __all__ = [
     "POOL_LABEL",
     "REPOSITORY_DIR",
     "RUNTIME_UID",
+    "SAFE_TO_EVICT_ANNOTATION",
+    "SHM_DIR",
     "VERSION",
     "deletion_cost_patch",
     "make_service",
@@ -63,6 +69,8 @@ CONTAINER_NAME = "runtime"
 MIN_SCALE_ANNOTATION = "autoscaling.knative.dev/min-scale"
 DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
 """Pods with a lower cost go first when the ReplicaSet shrinks (Kubernetes >= 1.22)."""
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
+SHM_DIR = "/dev/shm"
 REPOSITORY_DIR = "/srv/zeroserve/repository"
 """The empty model repository the data plane starts with (models come by storage URI)."""
 RUNTIME_UID = 10001
@@ -117,7 +125,7 @@ def make_service(
     revision_template: dict[str, Any] = {
         "metadata": {
             "labels": dict(labels),
-            "annotations": _autoscaling_annotations(pool, settings),
+            "annotations": _revision_annotations(pool, settings),
         },
         "spec": _revision_spec(pool, template, settings, allowed_storage),
     }
@@ -167,7 +175,7 @@ def deletion_cost_patch(cost: int) -> dict[str, Any]:
     return {"metadata": {"annotations": {DELETION_COST_ANNOTATION: str(cost)}}}
 
 
-def _autoscaling_annotations(pool: PoolSpec, settings: KnativeSettings) -> dict[str, str]:
+def _revision_annotations(pool: PoolSpec, settings: KnativeSettings) -> dict[str, str]:
     prefix = "autoscaling.knative.dev/"
     return {
         f"{prefix}class": "kpa.autoscaling.knative.dev",
@@ -181,6 +189,7 @@ def _autoscaling_annotations(pool: PoolSpec, settings: KnativeSettings) -> dict[
         f"{prefix}window": f"{settings.stable_window_s}s",
         f"{prefix}scale-to-zero-pod-retention-period": f"{settings.scale_to_zero_retention_s}s",
         "serving.knative.dev/progress-deadline": f"{settings.progress_deadline_s}s",
+        SAFE_TO_EVICT_ANNOTATION: "false",
     }
 
 
@@ -201,7 +210,7 @@ def _revision_spec(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "containers": [_container(template, settings, allowed_storage)],
-        "volumes": _volumes(settings),
+        "volumes": _volumes(template, settings),
     }
     if template.node_selector:
         spec["nodeSelector"] = dict(sorted(template.node_selector.items()))
@@ -227,6 +236,7 @@ def _container(
     if settings.cache_max_bytes is not None:
         env["ZEROSERVE_CACHE_MAX_BYTES"] = str(settings.cache_max_bytes)
     env.update(settings.extra_env)
+    env.update(template.env)
     limits: dict[str, str] = {"memory": template.memory}
     if template.gpus:
         # Extended resources need only the limit; Kubernetes sets the request to match.
@@ -276,6 +286,7 @@ def _container(
             {"name": "node-cache", "mountPath": settings.cache_dir},
             {"name": "model-repository", "mountPath": REPOSITORY_DIR},
             {"name": "tmp", "mountPath": _TMP_DIR},
+            *([{"name": "shm", "mountPath": SHM_DIR}] if template.shm_size else []),
         ],
         "securityContext": {
             "runAsNonRoot": True,
@@ -289,7 +300,7 @@ def _container(
     }
 
 
-def _volumes(settings: KnativeSettings) -> list[dict[str, Any]]:
+def _volumes(template: PoolTemplate, settings: KnativeSettings) -> list[dict[str, Any]]:
     if settings.cache_volume == "pvc":
         cache: dict[str, Any] = {
             "name": "node-cache",
@@ -300,11 +311,16 @@ def _volumes(settings: KnativeSettings) -> list[dict[str, Any]]:
             "name": "node-cache",
             "hostPath": {"path": settings.cache_host_path, "type": "DirectoryOrCreate"},
         }
-    return [
+    volumes = [
         cache,
         {"name": "model-repository", "emptyDir": {}},
         {"name": "tmp", "emptyDir": {}},
     ]
+    if template.shm_size:
+        volumes.append(
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": template.shm_size}}
+        )
+    return volumes
 
 
 def _toleration(toleration: Toleration) -> dict[str, Any]:

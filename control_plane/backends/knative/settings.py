@@ -67,11 +67,18 @@ class PoolTemplate(BaseModel):
     """Taints the pods tolerate; needs ``kubernetes.podspec-tolerations``."""
     runtime_class_name: str | None = None
     """e.g. ``nvidia`` where the cluster needs it; needs ``kubernetes.podspec-runtimeclassname``."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment of this pool's runtime container, over ``extra_env`` (a vLLM pool's
+    ``VLLM_WORKER_MULTIPROC_METHOD=spawn``)."""
+    shm_size: str | None = None
+    """Size of a memory-backed ``/dev/shm`` (the container runtime's default is 64 MiB, too
+    small for vLLM's and NCCL's shared-memory buffers across GPUs); None: the default. It
+    counts against the container's memory limit."""
 
-    @field_validator("cpu", "memory")
+    @field_validator("cpu", "memory", "shm_size")
     @classmethod
-    def _quantity(cls, value: str) -> str:
-        if not _QUANTITY.match(value):
+    def _quantity(cls, value: str | None) -> str | None:
+        if value is not None and not _QUANTITY.match(value):
             raise ValueError(f"'{value}' is not a Kubernetes quantity (like 500m, 2, 16Gi)")
         return value
 
@@ -81,6 +88,11 @@ class PoolTemplate(BaseModel):
         if not value or any(c.isspace() for c in value):
             raise ValueError("the image must be a non-empty reference without spaces")
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return _checked_env_names(value)
 
 
 class KnativeSettings(BaseSettings):
@@ -164,10 +176,7 @@ class KnativeSettings(BaseSettings):
     @field_validator("extra_env")
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        bad = [name for name in value if not _ENV_NAME.match(name)]
-        if bad:
-            raise ValueError(f"not environment variable names: {bad}")
-        return value
+        return _checked_env_names(value)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -176,3 +185,10 @@ class KnativeSettings(BaseSettings):
         if self.grpc_port == self.container_port:
             raise ValueError("grpc_port and container_port must differ")
         return self
+
+
+def _checked_env_names(value: dict[str, str]) -> dict[str, str]:
+    bad = [name for name in value if not _ENV_NAME.match(name)]
+    if bad:
+        raise ValueError(f"not environment variable names: {bad}")
+    return value

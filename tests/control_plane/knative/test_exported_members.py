@@ -23,6 +23,8 @@ EXPORTS = {
         "POOL_LABEL",
         "REPOSITORY_DIR",
         "RUNTIME_UID",
+        "SAFE_TO_EVICT_ANNOTATION",
+        "SHM_DIR",
         "VERSION",
         "deletion_cost_patch",
         "make_service",

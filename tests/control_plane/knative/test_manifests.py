@@ -12,6 +12,7 @@ from control_plane.backends.base import PoolSpec
 from control_plane.backends.knative.manifests import (
     DELETION_COST_ANNOTATION,
     MIN_SCALE_ANNOTATION,
+    SAFE_TO_EVICT_ANNOTATION,
     deletion_cost_patch,
     make_service,
     min_scale_of,
@@ -65,6 +66,18 @@ CASES = [
         id="gpu-local-pv-cache",
     ),
     pytest.param(
+        PoolSpec(name="vllm", device="cuda", max_workers=2),
+        PoolTemplate(
+            image="registry.example/zeroserve-runtime-vllm:0.1.0",
+            gpus=4,
+            memory="180Gi",
+            env={"VLLM_WORKER_MULTIPROC_METHOD": "spawn"},
+            shm_size="16Gi",
+        ),
+        {},
+        id="vllm-shm",
+    ),
+    pytest.param(
         PoolSpec(name="tolerant"),
         PoolTemplate(
             tolerations=(
@@ -97,6 +110,30 @@ def test_the_gpu_pool_asks_for_what_it_needs():
     assert spec["runtimeClassName"] == "nvidia"
     assert spec["serviceAccountName"] == "zeroserve-runtime"
     assert spec["automountServiceAccountToken"] is False
+
+
+def test_pods_are_not_evicted_by_the_cluster_autoscaler():
+    """Knative copies the Revision's non-autoscaling annotations to its pods."""
+    annotations = build()["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[SAFE_TO_EVICT_ANNOTATION] == "false"
+
+
+def test_a_vllm_pool_gets_its_env_and_a_memory_backed_dev_shm():
+    template = PoolTemplate(
+        gpus=2,
+        env={"VLLM_WORKER_MULTIPROC_METHOD": "spawn", "HOME": "/elsewhere"},
+        shm_size="8Gi",
+    )
+    spec = build(PoolSpec(name="vllm", device="cuda"), template, extra_env={"A": "1"})
+    pod = spec["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+    assert env["A"] == "1" and env["HOME"] == "/elsewhere"  # the pool's own env wins
+    assert {"name": "shm", "mountPath": "/dev/shm"} in container["volumeMounts"]
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod["volumes"]
+    plain = build()["spec"]["template"]["spec"]
+    assert all(v["name"] != "shm" for v in plain["volumes"])
 
 
 def test_the_container_is_an_explicit_mode_data_plane_with_a_cache_volume():
