@@ -202,7 +202,12 @@ class LocalBackend(PodBackend):
         worker.is_stopping = True
         await self._terminate(worker)
         self._workers.pop(worker_id, None)
-        logger.info("worker %s stopped", worker_id, extra={"worker": worker_id})
+        logger.info(
+            "worker %s stopped (exit status %s)",
+            worker_id,
+            worker.process.returncode,
+            extra={"worker": worker_id},
+        )
 
     async def delete_pool(self, pool: str) -> None:
         await asyncio.gather(*(self.stop_worker(w.id) for w in self.list_workers(pool)))
@@ -254,9 +259,9 @@ class LocalBackend(PodBackend):
         await self._http.aclose()
 
     @property
-    def template_pid(self) -> int | None:
-        """The worker template's process id; None when there is none."""
-        return self._template.pid if self._template is not None else None
+    def template(self) -> WorkerTemplate | None:
+        """The worker template workers are forked from; None when it is turned off."""
+        return self._template
 
     def kill_now(self) -> None:
         """SIGKILL every worker's process group at once, without waiting (a last resort
