@@ -1,9 +1,10 @@
 """How a model version's ``InferenceSession`` is opened: providers, options, fallback.
 
-Execution providers follow the device: ``cuda:N`` tries TensorRT, then CUDA, then falls back
-to CPU; ``cpu`` uses the CPU provider only. Session options come from the server's defaults
-and the model configuration's ``parameters`` (Triton's ORT backend names where it has them):
-thread counts, whether idle threads spin, whether weights are prepacked.
+Execution providers follow the device: ``cuda:N`` tries TensorRT (where it really loads),
+then CUDA (its arena bounded by the model's ``memory_bytes``), then falls back to CPU; ``cpu``
+uses the CPU provider only (:mod:`runtimes.onnx.providers`). Session options come from the
+server's defaults and the model configuration's ``parameters`` (Triton's ORT backend names
+where it has them): thread counts, whether idle threads spin, whether weights are prepacked.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import Final
 
 import onnxruntime as ort
 
 from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, instance_count
 from runtimes.errors import ModelLoadError
+from runtimes.onnx.providers import CPU, TENSORRT, Provider, choose_providers, tensorrt_version
 from runtimes.onnx.threads import ThreadPolicy, choose_threads
 
 logger = logging.getLogger(__name__)
@@ -43,10 +45,10 @@ cache memory-maps the weights and returns in milliseconds, and the first inferen
 for paging them in. Which is better is per model; ``bench/cold_start.py`` measures both."""
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off", ""})
+MEMORY_BYTES_PARAMETER: Final = "memory_bytes"
+"""Config ``parameters`` key: the model's device-memory budget in bytes (the control plane
+sets it from the registration's ``resources.memory_bytes``); bounds the CUDA arena."""
 _CUDA_DEVICE: Final = re.compile(r"cuda:(\d+)")
-
-Provider: TypeAlias = tuple[str, dict[str, str]]
-"""An execution provider as ``InferenceSession`` takes it: name and provider options."""
 
 
 @dataclass(frozen=True)
@@ -70,30 +72,39 @@ class SessionBuilder:
         return ModelLoadError(model=self.model, reason=reason)
 
     def providers(self, device: str, *, trt_cache: Path | None) -> list[Provider]:
-        """The providers for ``device`` in order of preference, CPU last.
+        """The providers for ``device`` in order of preference, CPU last
+        (:func:`runtimes.onnx.providers.choose_providers`).
 
         ``trt_cache``: the folder TensorRT keeps its engines in (created); None for none.
         """
         if device == "cpu":
-            return [("CPUExecutionProvider", {})]
+            return [(CPU, {})]
         match = _CUDA_DEVICE.fullmatch(device)
         if match is None:
             raise self.load_error(f"unknown device {device!r}; expected 'cpu' or 'cuda:N'")
-        device_id = match.group(1)
-        available = set(ort.get_available_providers())
-        providers: list[Provider] = []
-        if "TensorrtExecutionProvider" in available:
-            trt: dict[str, str] = {"device_id": device_id}
-            if trt_cache is not None:
-                # Engines take minutes to build; the folder is keyed by model, GPU, driver
-                # and ORT version (see runtimes.onnx.engine_cache).
-                trt_cache.mkdir(parents=True, exist_ok=True)
-                trt |= {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(trt_cache)}
-            providers.append(("TensorrtExecutionProvider", trt))
-        if "CUDAExecutionProvider" in available:
-            providers.append(("CUDAExecutionProvider", {"device_id": device_id}))
-        providers.append(("CPUExecutionProvider", {}))
-        return providers
+        return choose_providers(
+            device_id=match.group(1),
+            available=ort.get_available_providers(),
+            tensorrt=tensorrt_version(),
+            config=self.config,
+            memory_bytes=self.memory_bytes(),
+            trt_cache=trt_cache,
+        )
+
+    def memory_bytes(self) -> int:
+        """The model's device-memory budget from its ``memory_bytes`` parameter; 0: none."""
+        if MEMORY_BYTES_PARAMETER not in self.config.parameters:
+            return 0
+        text = self.config.parameters[MEMORY_BYTES_PARAMETER].string_value
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise self.load_error(
+                f"parameter {MEMORY_BYTES_PARAMETER} must be a non-negative integer, not {text!r}"
+            )
+        return value
 
     def session_options(self) -> ort.SessionOptions:
         """Fresh options with the thread counts, spinning and prepacking this model gets."""
@@ -136,7 +147,7 @@ class SessionBuilder:
         # the options and retries only what can help: the same providers without TensorRT,
         # whose libraries are often absent even where the wheel lists the provider.
         attempts = [providers]
-        if providers[0][0] == "TensorrtExecutionProvider":
+        if providers[0][0] == TENSORRT:
             attempts.append(providers[1:])
         for attempt, attempt_providers in enumerate(attempts, start=1):
             try:

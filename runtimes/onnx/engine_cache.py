@@ -1,11 +1,11 @@
 """Opening a session through the warm engine cache (:mod:`runtimes.cache.engines`).
 
-The cache is kept per model, hardware and ORT version: the first load saves ONNX Runtime's
-optimized model, its weights as an external file; later loads open that file with graph
-optimizations off, so ORT memory-maps the weights instead of parsing and optimizing the
-graph again. With ``disable_prepacking`` on, such a load costs milliseconds and the weights
-are paged in by the first inference. On GPUs the TensorRT engine cache lives in the same
-folder.
+The cache is kept per model, hardware and ORT version (and TensorRT's, with its profile):
+the first load saves ONNX Runtime's optimized model, its weights as an external file; later
+loads open that file with graph optimizations off, so ORT memory-maps the weights instead of
+parsing and optimizing the graph again. With ``disable_prepacking`` on, such a load costs
+milliseconds and the weights are paged in by the first inference. On GPUs the TensorRT
+engine cache (and its timing cache) lives in the same folder.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import onnxruntime as ort
 
@@ -22,6 +22,7 @@ from runtimes.cache.engines import EngineCache, hardware_identity, model_identit
 from runtimes.cache.pins import Pin
 from runtimes.errors import ModelLoadError
 from runtimes.onnx.builder import SessionBuilder
+from runtimes.onnx.providers import TENSORRT, profile_shapes, tensorrt_version
 
 logger = logging.getLogger(__name__)
 
@@ -41,14 +42,9 @@ def open_with_engine_cache(
     ``LockTimeoutError`` when the cache itself cannot be used, and ``builder``'s
     :class:`ModelLoadError` when the model cannot be loaded.
     """
-    key_parts = {
-        "model": [path.name, model_identity(path.parent)],
-        "onnxruntime": ort.__version__,
-        "hardware": hardware_identity(device),
-        "providers": [name for name, _ in builder.providers(device, trt_cache=None)],
-    }
+    key_parts = engine_key_parts(builder, path, device)
     key = engines.key(key_parts)
-    if builder.providers(device, trt_cache=None)[0][0] == "TensorrtExecutionProvider":
+    if key_parts["providers"][0] == TENSORRT:
         # TensorRT writes (and rewrites, for new shapes) its engines in place and cannot
         # be saved as an optimized model: keep its own engine cache in the key folder.
         pin, hit = engines.shared(key)
@@ -108,6 +104,25 @@ def open_with_engine_cache(
             )
             return session, None, False
     return session, pin, False
+
+
+def engine_key_parts(builder: SessionBuilder, path: Path, device: str) -> dict[str, Any]:
+    """What the engine of ``path`` on ``device`` depends on: the cache key's parts."""
+    chosen = builder.providers(device, trt_cache=None)
+    parts: dict[str, Any] = {
+        "model": [path.name, model_identity(path.parent)],
+        "onnxruntime": ort.__version__,
+        "hardware": hardware_identity(device),
+        "providers": [name for name, _ in chosen],
+    }
+    if chosen[0][0] == TENSORRT:
+        # A TensorRT engine loads only in the TensorRT that built it, and covers only the
+        # shapes of the profile it was built for.
+        parts["tensorrt"] = {
+            "version": tensorrt_version(),
+            "profile": profile_shapes(builder.config),
+        }
+    return parts
 
 
 def _saving_to(options: ort.SessionOptions, model: Path) -> ort.SessionOptions:
