@@ -179,3 +179,41 @@ def test_the_parser_sees_what_it_must_refuse(tmp_path: Path):
         "libssl-dev",
     ]
     assert final.all("USER") == ["root"]
+
+
+def test_the_vllm_image_installs_under_vllms_constraints_and_checks_them():
+    """zeroserve goes into vLLM's image constrained by what vLLM declares, then pip check
+    fails the build on a conflict; the engine core starts by spawn."""
+    final = parse(DOCKER / "runtime-vllm.Dockerfile")[-1]
+    env = " ".join(final.all("ENV"))
+    assert "VLLM_WORKER_MULTIPROC_METHOD=spawn" in env
+    (install,) = [run for run in final.all("RUN") if "pip install" in run]
+    steps = [shlex.split(step) for step in install.split("&&")]
+    (write,) = [s for s in steps if s[:2] == ["python3", "/tmp/vllm_constraints.py"]]
+    assert write[2:4] == ["vllm", "torch"]
+    (pip,) = [s for s in steps if s[2:4] == ["pip", "install"]]
+    assert pip[pip.index("--constraint") + 1] == "/tmp/vllm-constraints.txt"
+    assert ["python3", "-m", "pip", "check"] in steps
+    order = [steps.index(write), steps.index(pip), steps.index(["python3", "-m", "pip", "check"])]
+    assert order == sorted(order)
+    assert "docker/vllm_constraints.py /tmp/vllm_constraints.py" in final.all("COPY")
+
+
+def test_the_constraints_pin_the_named_and_keep_the_first_ones_ranges():
+    """docker/vllm_constraints.py on an installed distribution here (the kubernetes client
+    stands in for vLLM, which is not installed): pins, its declared ranges, extras left out."""
+    import importlib.util
+    from importlib import metadata
+
+    spec = importlib.util.spec_from_file_location(
+        "vllm_constraints", DOCKER / "vllm_constraints.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    lines = module.constraints(["kubernetes", "urllib3"])
+    assert f"kubernetes=={metadata.version('kubernetes')}" in lines
+    assert f"urllib3=={metadata.version('urllib3')}" in lines
+    assert any(line.startswith("python-dateutil>=") for line in lines)
+    assert not any(line.startswith("google-auth") for line in lines)  # an extra's
+    assert len({line.split("=")[0].split(">")[0].split("<")[0] for line in lines}) == len(lines)
