@@ -75,6 +75,11 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Folder for local workers' logs (one file each); None: workers share our stderr."""
     worker_memory_bytes: int = Field(default=0, ge=0)
     """Memory budget for models on one worker; 0 = unbounded."""
+    worker_host_memory_bytes: int = Field(default=0, ge=0)
+    """Host memory on one worker for the weights of sleeping replicas (an LLM engine asleep
+    keeps them there); a replica that would not fit is unloaded instead of put to sleep.
+    0 = unbounded. In a cluster: the runtime pod's memory limit less what the worker and
+    its loaded models need of it."""
     max_models_per_worker: int = Field(default=0, ge=0)
     """Models one worker may hold at once; 0 = unbounded (the memory budget decides)."""
     max_workers: int = Field(default=4, ge=1, le=1024)

@@ -134,6 +134,7 @@ class Placer:
             clock=clock,
             wall=wall,
             sequences=workers,
+            host_memory_bytes=settings.worker_host_memory_bytes,
         )
         self._sleepers = Sleepers(store, workers, self._pool_workers.find, clock=clock)
 

@@ -8,7 +8,9 @@ in place instead (:meth:`Retirements.revive`).
 
 A replica of an LLM can be put to sleep the same way instead of unloaded: after the drain the
 worker puts its engine to sleep and the store records the replica as sleeping (activators
-never see those). Waking it, or unloading it later, is ``control_plane.placement.wake``.
+never see those). A sleeper's weights stay in the worker's host memory: where they would not
+fit in its budget (``control_plane.placement.host_memory``) the replica is unloaded instead.
+Waking it, or unloading it later, is ``control_plane.placement.wake``.
 
 A replica whose worker reports live sequences (a sequence model's state, which no other
 replica has) is not taken away for being idle or surplus: that would cut them. It stays
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from control_plane.errors import WorkerCallError
+from control_plane.placement.host_memory import SleepRoom, sleep_room
 from control_plane.store.base import StateStore
 from foundation.records import ModelRecord, Placement, WorkerRecord
 
@@ -91,6 +94,8 @@ class Retirements:
         wall: wall-clock seconds since the epoch (when a replica fell asleep).
         sequences: asked before a replica is taken away for being idle or surplus; None
             takes replicas away without asking.
+        host_memory_bytes: host memory on one worker for sleeping replicas' weights; a
+            replica that would not fit is unloaded instead (``host_memory``); 0: unbounded.
     """
 
     def __init__(
@@ -104,7 +109,11 @@ class Retirements:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         sequences: LiveSequences | None = None,
+        host_memory_bytes: int = 0,
     ) -> None:
+        self._host_memory_bytes = host_memory_bytes
+        self._falling_asleep: dict[tuple[str, str], int] = {}
+        """(model, worker id) -> bytes of replicas counted as asleep but not yet recorded."""
         self._store = store
         self._workers = workers
         self._find_worker = find_worker
@@ -263,23 +272,55 @@ class Retirements:
             self._retiring.pop((model, worker.id), None)
 
     async def _sleep_replica(self, retirement: _Retirement) -> bool:
-        """Ask the worker to put the drained replica to sleep and record it; False when the
-        worker cannot (the caller unloads it instead)."""
+        """Ask the worker to put the drained replica to sleep and record it; False when its
+        host memory has no room for it or the worker cannot (the caller unloads it)."""
         model, worker = retirement.model, retirement.worker
-        try:
-            await self._workers.sleep(worker, model)
-        except WorkerCallError as exc:
-            logger.warning(
-                "%s on %s cannot sleep (%s); unloading it", model, worker.id, exc.message
+        key = (model, worker.id)
+        room = await self._sleep_room(model, worker.id)
+        if not room.fits:
+            logger.info(
+                "%s on %s unloads instead of sleeping: %s",
+                model,
+                worker.id,
+                room.reason,
+                extra={"model": model, "worker": worker.id},
             )
             return False
-        await self._store.put_sleeping(
-            dataclasses.replace(retirement.placement, since=self._wall())
-        )
+        self._falling_asleep[key] = await self._replica_bytes(model)
+        try:
+            try:
+                await self._workers.sleep(worker, model)
+            except WorkerCallError as exc:
+                logger.warning(
+                    "%s on %s cannot sleep (%s); unloading it", model, worker.id, exc.message
+                )
+                return False
+            await self._store.put_sleeping(
+                dataclasses.replace(retirement.placement, since=self._wall())
+            )
+        finally:
+            self._falling_asleep.pop(key, None)
         logger.info(
             "%s asleep on %s", model, worker.id, extra={"model": model, "worker": worker.id}
         )
         return True
+
+    async def _sleep_room(self, model: str, worker_id: str) -> SleepRoom:
+        if self._host_memory_bytes <= 0:
+            return sleep_room(budget=0, asleep=(), replica=0)
+        recorded = [
+            s.model
+            for s in await self._store.list_sleeping()
+            if s.worker_id == worker_id and s.model != model
+        ]
+        asleep = [await self._replica_bytes(name) for name in recorded]
+        asleep += [b for (m, w), b in self._falling_asleep.items() if w == worker_id]
+        replica = await self._replica_bytes(model)
+        return sleep_room(budget=self._host_memory_bytes, asleep=asleep, replica=replica)
+
+    async def _replica_bytes(self, model: str) -> int:
+        record = await self._store.get_model(model)
+        return record.resources.memory_bytes if record is not None else 0
 
     async def _drain(self, model: str) -> None:
         """Wait for the model's in-flight requests while no other replica serves it.
