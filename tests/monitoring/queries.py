@@ -19,6 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "monitoring" / "grafana" / "zeroserve.json"
 RULES = ROOT / "monitoring" / "prometheus" / "zeroserve-rules.yaml"
 
+CLUSTER_METRICS = frozenset(
+    {"kube_pod_container_status_restarts_total", "kube_pod_container_status_last_terminated_reason"}
+)
+"""Series of the cluster's kube-state-metrics (kube-prometheus-stack installs it; its chart's
+kubeStateMetrics.enabled defaults to true), not of zeroserve: the rules use them to see what
+Kubernetes does to the runtime pods (OOM kills)."""
+
 _GRAFANA_RANGES = re.compile(r"\$\{?(__rate_interval|__interval|__range)\b\}?")
 _LABEL_VALUES = re.compile(r"^\s*label_values\((?:(?P<selector>.+),\s*)?(?P<label>\w+)\)\s*$")
 _TYPE_LINE = re.compile(r"^# TYPE (?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*) (?P<kind>\w+)\s*$")

@@ -8,7 +8,13 @@ import subprocess
 
 import pytest
 
-from tests.monitoring.queries import RULES, load_rules, metric_names, rule_queries
+from tests.monitoring.queries import (
+    CLUSTER_METRICS,
+    RULES,
+    load_rules,
+    metric_names,
+    rule_queries,
+)
 
 PROMTOOL_TIMEOUT_S = 60
 
@@ -56,3 +62,13 @@ def test_every_alert_has_a_severity_a_summary_and_a_description() -> None:
 def test_every_expression_names_a_metric() -> None:
     for query in rule_queries(load_rules()):
         assert metric_names(query), query
+
+
+def test_alerts_watch_what_hurts_not_gpu_memory_in_use() -> None:
+    """vLLM preallocates most of its GPU, so GPU memory in use is no alarm; queued LLM
+    requests (no KV-cache room) and OOM-killed runtime containers are. The cluster's own
+    series the rules read are the ones kube-state-metrics exports."""
+    queried = set().union(*(metric_names(query) for query in rule_queries(load_rules())))
+    assert "nv_gpu_memory_used_bytes" not in queried
+    assert {"vllm:num_requests_waiting", *CLUSTER_METRICS} <= queried
+    assert {n for n in queried if n.startswith("kube_")} <= CLUSTER_METRICS
