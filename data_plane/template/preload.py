@@ -31,6 +31,9 @@ PRELOADED: Final = (
     "uvicorn.protocols.http.auto",
     "uvicorn.protocols.websockets.auto",
     "encodings.idna",
+    # A model from S3 or the node cache: the storage client, imported at its first use.
+    "boto3",
+    "boto3.session",
 )
 _OPTIONAL: Final = ("pynvml",)
 """Imported where installed: NVML's gauges (the worker initialises NVML itself)."""

@@ -8,6 +8,7 @@ fork while a second thread runs, which it checks before forking at all)."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import signal
@@ -32,10 +33,19 @@ from control_plane.worker_client import WorkerClient
 from data_plane.demo import DEMO_MODEL, write_demo_repository
 from data_plane.template.child import Inherited
 from data_plane.template.server import ForkServer
+from foundation.proto import model_config_pb2 as mc
 from foundation.records import ModelRecord
 from foundation.worker_template import ForkRequest, Ready, Refused, decode, encode
+from runtimes.nvml import count_gpus
 from tests.control_plane.fakes import Acting, make_settings
 from tests.control_plane.test_local_backend import Lost, is_alive, wait_gone
+from tests.models import (
+    load_mlp_weights,
+    mlp_reference,
+    read_config,
+    write_config,
+    write_torchscript_mlp,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -197,3 +207,68 @@ def test_the_template_refuses_to_fork_beside_a_thread():
 def test_garbage_is_no_message(line: bytes):
     with pytest.raises(ValueError, match="not a worker-template message"):
         decode(line)
+
+
+def _cuda_available() -> bool:
+    """torch installed and a GPU visible, found without importing torch (seconds) or
+    touching CUDA in the test process."""
+    return importlib.util.find_spec("torch") is not None and count_gpus().count > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.integration
+@pytest.mark.skipif(not _cuda_available(), reason="needs torch with a CUDA device")
+async def test_a_cuda_pool_worker_forked_from_a_torch_template_runs_on_the_gpu(tmp_path: Path):
+    """A cuda pool's template imports torch without initialising CUDA (CUDA does not
+    survive a fork), so the forked worker initialises its own and serves on the GPU."""
+    models = tmp_path / "models"
+    model_dir = write_torchscript_mlp(models, "mlp")
+    config = read_config(model_dir)
+    config.instance_group[0].kind = mc.ModelInstanceGroup.KIND_GPU
+    write_config(model_dir, config)
+    settings = make_settings(
+        tmp_path / "cache",
+        worker_device="cuda",
+        worker_log_dir=tmp_path / "logs",
+        allowed_storage=(str(tmp_path),),
+    )
+    local = LocalBackend(
+        settings,
+        on_worker_lost=Lost(),
+        repository=tmp_path / "repository",
+        extra_env={"ZEROSERVE_ALLOWED_STORAGE": str(tmp_path)},
+    )
+    try:
+        await local.ensure_pool(PoolSpec(name="default", device="cuda"))
+        worker = await local.start_worker("default")
+        assert worker.start_method == FORKED
+        assert local.template is not None
+        assert (await local.template.start(timeout_s=1.0)).threads == 1
+        row = np.ones((1, 16), np.float32)
+        async with httpx.AsyncClient(timeout=120.0) as http:
+            loaded = await http.post(
+                f"{worker.url}/v2/repository/models/mlp/load",
+                json={"parameters": {"storage_uri": str(model_dir)}},
+            )
+            assert loaded.status_code == 200, loaded.text
+            response = await http.post(
+                f"{worker.url}/v2/models/mlp/infer",
+                json={
+                    "inputs": [
+                        {
+                            "name": "INPUT0",
+                            "datatype": "FP32",
+                            "shape": [1, 16],
+                            "data": row.ravel().tolist(),
+                        }
+                    ]
+                },
+            )
+        assert response.status_code == 200, response.text
+        assert np.allclose(
+            response.json()["outputs"][0]["data"],
+            mlp_reference(load_mlp_weights(model_dir), row).ravel(),
+            atol=1e-4,
+        )
+    finally:
+        await local.close()
