@@ -12,7 +12,16 @@ the same load (closed loop, JSON, at each concurrency; ``wrk`` where it is insta
   small custom ONNX Runtime runtime (``bench/peers/mlserver_ort.py``), at
   ``parallel_workers: 0`` (its best setting) and at its default (one worker process);
 * **KServe**'s Python model server with a custom ``kserve.Model`` on ONNX Runtime
-  (``bench/peers/kserve_ort.py``), access and latency logs off.
+  (``bench/peers/kserve_ort.py``), access and latency logs off;
+* **real Triton 2.51** (the ``nvidia-pytriton`` wheel's binary, installed by
+  ``bench/triton.py`` into its cache folder; the wheel has only the Python backend) running
+  the same ONNX Runtime call in a ``model.py`` (``bench/python_backend.py``'s), and
+  **zeroserve serving that call as a Python model** (``bench/comparison/python_models.py``),
+  the yardstick of zeroserve's own ONNX path (skipped, saying why, where the wheel or the
+  system Python its stub needs cannot be had).
+
+zeroserve, its Python model and Triton are also measured with binary tensors over HTTP/1.1
+(the same wrk load) and over gRPC (h2load, where installed; ``--protocols``).
 
 Each peer is installed by this script into its own virtual environment under ``--cache-dir``
 (reused by later runs). All servers run at once, idle but for the one under load; each
@@ -24,7 +33,7 @@ generated ~1 GB ONNX model, answers one request and unloads it (page cache warm)
 Results: ``bench/results/<UTC time>-<tag>-compare.json`` and ``...-compare.png``.
 
     python bench/compare.py                  # full run (about 35 minutes on 2 cores)
-    python bench/compare.py --quick          # CI smoke run: engine + zeroserve only
+    python bench/compare.py --quick          # CI smoke run: engine + zeroserve, JSON only
     python bench/compare.py --device cuda    # GPU (untested: no GPU where this was written)
 """
 
@@ -44,13 +53,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-# Run as a script, sys.path[0] is bench/; the repository root must come first so that
-# `bench` is a package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__" and not __package__:
+    # Run as a script, sys.path[0] is bench/, where bench/grpc.py would shadow the grpc
+    # package: the repository root takes its place (and makes `bench` a package).
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
 
-from bench import engine as engine_module, machine, models, report
+from bench import engine as engine_module, h2load, machine, models, report
 from bench.comparison import cold_load, gpu, measure, results
 from bench.comparison.contenders import (
     Contender,
@@ -60,9 +70,13 @@ from bench.comparison.contenders import (
     ZeroserveDirect,
     link_model,
 )
+from bench.comparison.grpc_probe import GrpcProbe
+from bench.comparison.python_models import TritonPeer, ZeroservePython
+from bench.comparison.variants import PROTOCOLS, Variant, variant_key, variants
 from bench.comparison.venvs import PeerEnv, ensure_envs, peer_packages
 from bench.loadgen import Target, WrkLoad
-from bench.server import REPO_ROOT, request
+from bench.server import REPO_ROOT, infer_once, request
+from bench.triton import triton_install
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 SERVED_MODEL: Final = models.MODELS["light"]
@@ -70,7 +84,7 @@ BIG_WIDTH: Final = 8192
 """Four 8192x8192 FP32 layers: 1.07 GB of weights."""
 QUICK_BIG_WIDTH: Final = 2048
 """Four 2048x2048 layers: 67 MB, enough to exercise the load path in a smoke run."""
-ALL_PEERS: Final = ("mlserver", "mlserver-default", "kserve")
+ALL_PEERS: Final = ("mlserver", "mlserver-default", "kserve", "triton", "zeroserve-python")
 CAVEAT: Final = (
     "Measured on a shared 2-core machine where other work runs at the same time: HTTP "
     "figures drift 15-25% between rounds. Servers are alternated within the run and medians "
@@ -94,6 +108,12 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help=f"comma-separated subset of {','.join(ALL_PEERS)}, or 'none' "
         "(default: all; with --quick: none, since installing them takes minutes)",
+    )
+    parser.add_argument(
+        "--protocols",
+        default=None,
+        help=f"comma-separated subset of {','.join(PROTOCOLS)} for the servers that speak "
+        "them (default: all; with --quick: json)",
     )
     parser.add_argument("--no-activator", action="store_true", help="skip zeroserve up")
     parser.add_argument(
@@ -134,6 +154,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.peers is None:
         args.peers = "none" if args.quick else ",".join(ALL_PEERS)
     args.peer_list = [] if args.peers == "none" else _names(args.peers)
+    if args.protocols is None:
+        args.protocols = "json" if args.quick else ",".join(PROTOCOLS)
+    args.protocol_list = _names(args.protocols)
+    if "json" not in args.protocol_list or set(args.protocol_list) - set(PROTOCOLS):
+        parser.error(f"--protocols: a subset of {PROTOCOLS} that includes json")
     unknown = set(args.peer_list) - set(ALL_PEERS)
     if unknown:
         parser.error(f"unknown peers {sorted(unknown)}; choose from {ALL_PEERS}")
@@ -168,6 +193,11 @@ class _Setup:
     skipped: dict[str, str]
     peer_envs: dict[str, PeerEnv]
     gpu_info: gpu.GpuInfo | None
+    variants: list[Variant]
+    grpc: dict[str, GrpcProbe]
+    """By contender key: its gRPC endpoint, for those measured over gRPC."""
+    protocols: list[str]
+    """What is measured: JSON, and binary and gRPC where their clients can run."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "compare --quick: MLServer and KServe are skipped: installing them into their "
             "virtual environments takes about 2 minutes here, more than a smoke run may "
-            "spend. Run without --quick (or with --peers) to include them.",
+            "spend; so is real Triton (the first run downloads its wheel, and its stub, "
+            "ONNX Runtime import and server start add seconds to a run meant to take few), "
+            "and zeroserve's Python-model form. Run without --quick (or with --peers) to "
+            "include them.",
             file=sys.stderr,
             flush=True,
         )
@@ -202,17 +235,21 @@ def main(argv: list[str] | None = None) -> int:
         for contender in setup.contenders:
             stack.callback(contender.stop)
         setup.contenders = _start_all(setup.contenders, setup.skipped)
+        _open_grpc(args, setup, stack)
         _verify(setup)
         entries = _measure(args, setup)
         gpu_extra = _gpu_extras(args, setup) if setup.gpu_info is not None else None
         cold = _cold_loads(args, setup) if args.cold_repeats else {}
         commands = {c.key: c.command for c in setup.contenders}
     titles = {c.key: c.title for c in setup.contenders}
+    titles |= {v.key: v.title for v in setup.variants}
     document = _document(args, setup, entries, cold, commands, titles, started, started_utc)
     document["gpu_extras"] = gpu_extra
     print()
     print(results.text_table(entries, args.concurrency_list, args.repeats, args.client))
     summary = document["summary"]
+    for line in results.native_onnx_lines(summary.get("native_onnx", {})):
+        print(line)
     for c, margin in summary["zeroserve_vs_best_peer"].items():
         print(
             f"c={c}: zeroserve {margin['throughput_ratio']:.2f}x the best peer "
@@ -303,13 +340,38 @@ def _set_up(args: argparse.Namespace, workdir: Path, gpu_info: gpu.GpuInfo | Non
             )
     if "kserve" in wanted and "kserve" in envs:
         contenders.append(Kserve(workdir, envs["kserve"].python, onnx_files, initial, env=peer_env))
+    python_models = {SERVED_MODEL.name: (SERVED_MODEL, light_path), "big": (big_spec, big_path)}
+    if "zeroserve-python" in wanted:
+        contenders.append(ZeroservePython(workdir, python_models, initial))
+    if "triton" in wanted:
+        if args.device == "cuda":
+            skipped["triton"] = "the Python-backend model.py runs ONNX Runtime on the CPU only"
+        else:
+            install = triton_install()
+            if isinstance(install, str):
+                skipped["triton"] = f"real Triton cannot run here: {install}"
+                print(f"triton: skipped: {install}", file=sys.stderr, flush=True)
+            else:
+                contenders.append(TritonPeer(workdir, install, python_models, initial))
     if args.device == "cuda":
         assert gpu_info is not None
         engine: Any = gpu.CudaEngine(light_path, gpu_info, models.INPUT_NAME, models.OUTPUT_NAME)
     else:
         engine = engine_module.Engine(light_path)
     return _Setup(
-        workdir, repository, "big", big_path, big_spec, contenders, engine, skipped, envs, gpu_info
+        workdir,
+        repository,
+        "big",
+        big_path,
+        big_spec,
+        contenders,
+        engine,
+        skipped,
+        envs,
+        gpu_info,
+        [],
+        {},
+        ["json"],
     )
 
 
@@ -373,8 +435,48 @@ def _verify(setup: _Setup) -> None:
             print(f"{contender.key}: {why}; left out", file=sys.stderr)
             contender.stop()
             setup.contenders.remove(contender)
-    names = ", ".join(c.key for c in setup.contenders)
+    setup.variants = variants(setup.contenders, setup.protocols)
+    for variant in list(setup.variants):
+        if variant.protocol == "json":
+            continue
+        try:
+            if variant.protocol == "grpc":
+                served = setup.grpc[variant.contender.key].infer()
+            else:
+                binary = models.request_body(SERVED_MODEL, row, "binary")
+                port = _infer_target(variant.contender).port
+                served = infer_once(port, SERVED_MODEL.name, binary)
+        except Exception as exc:
+            served, why = None, f"check request failed: {exc}"
+        else:
+            why = "its answer differs from the engine's"
+        if served is None or not np.allclose(served, expected, rtol=1e-3, atol=1e-4):
+            setup.skipped[variant.key] = why
+            print(f"{variant.key}: {why}; left out", file=sys.stderr)
+            setup.variants.remove(variant)
+    names = ", ".join(v.key for v in setup.variants)
     print(f"verified: {names} answer the engine's output", flush=True)
+
+
+def _open_grpc(args: argparse.Namespace, setup: _Setup, stack: contextlib.ExitStack) -> None:
+    """gRPC probes for the contenders measured over gRPC (h2load needed: else said why)."""
+    protocols = [p for p in args.protocol_list if args.client == "wrk" or p == "json"]
+    if len(protocols) < len(args.protocol_list):
+        setup.skipped["binary/grpc"] = "measured only with --client wrk (and h2load)"
+    if "grpc" in protocols and h2load.find() is None:
+        protocols.remove("grpc")
+        setup.skipped["grpc"] = "h2load not installed (apt-get install -y nghttp2-client)"
+    setup.protocols = protocols
+    if "grpc" not in protocols:
+        return
+    row = models.sample_rows(SERVED_MODEL, 1)
+    for contender in setup.contenders:
+        address = contender.grpc_address if "grpc" in contender.protocols else None
+        if address is not None:
+            body_file = setup.workdir / f"{contender.key}.grpc"
+            probe = GrpcProbe(address, SERVED_MODEL.name, row, body_file)
+            stack.callback(probe.close)
+            setup.grpc[contender.key] = probe
 
 
 def _served_output(port: int, body: models.RequestBody) -> np.ndarray:
@@ -402,8 +504,8 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
     entries = [
         results.Entry(results.ENGINE, "engine alone", b) for b in sorted(set(args.batch_list))
     ]
-    for contender in setup.contenders:
-        entries += [results.Entry(contender.key, contender.title, c) for c in args.concurrency_list]
+    for variant in setup.variants:
+        entries += [results.Entry(variant.key, variant.title, c) for c in args.concurrency_list]
     rows = models.sample_rows(SERVED_MODEL, max(args.batch_list))
     per_point = args.duration + args.warmup + 1.0
     print(
@@ -412,12 +514,13 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
         f"{results.LOADS[args.client]}",
         flush=True,
     )
-    groups = [results.ENGINE, *(c.key for c in setup.contenders)]
-    by_key = {c.key: c for c in setup.contenders}
+    groups = [results.ENGINE, *(v.key for v in setup.variants)]
+    by_key = {v.key: v for v in setup.variants}
     wrk = (
         WrkLoad(setup.workdir, timeout_s=int(settings.timeout_s)) if args.client == "wrk" else None
     )
-    body = models.request_body(SERVED_MODEL, rows[:1], "json")
+    bodies = {e: models.request_body(SERVED_MODEL, rows[:1], e) for e in ("json", "binary")}
+    h2load_path = h2load.find()
     for repeat in range(args.repeats):
         order = groups if repeat % 2 == 0 else groups[::-1]
         for key in order:
@@ -426,17 +529,29 @@ def _measure(args: argparse.Namespace, setup: _Setup) -> list[results.Entry]:
             for entry in points:
                 if entry.is_engine:
                     record = measure.engine_point(setup.engine, rows[: entry.size], settings)
+                elif by_key[key].protocol == "grpc":
+                    assert h2load_path is not None
+                    probe = setup.grpc[by_key[key].contender.key]
+                    record = measure.grpc_point(
+                        h2load_path,
+                        probe.url,
+                        probe.body_file,
+                        entry.size,
+                        settings,
+                        by_key[key].contender.pid,
+                        probe.successes,
+                    )
                 elif wrk is not None:
                     record = measure.wrk_point(
                         wrk,
-                        _infer_target(by_key[key]),
-                        body,
+                        _infer_target(by_key[key].contender),
+                        bodies[by_key[key].protocol],
                         entry.size,
                         settings,
-                        by_key[key].pid,
+                        by_key[key].contender.pid,
                     )
                 else:
-                    contender = by_key[key]
+                    contender = by_key[key].contender
                     record = measure.served_point(
                         contender.url, SERVED_MODEL.name, entry.size, settings, contender.pid
                     )
@@ -517,12 +632,19 @@ def _cold_loads(args: argparse.Namespace, setup: _Setup) -> dict[str, list[dict[
 
 # -- results -------------------------------------------------------------------------------
 
-PLOT_LABELS: Final = {
+_CONTENDER_LABELS: Final = {
     "zeroserve": "zeroserve (direct)",
     "zeroserve-activator": "zeroserve (activator)",
     "mlserver": "MLServer, parallel_workers=0",
     "mlserver-default": "MLServer, default workers",
     "kserve": "KServe",
+    "triton": "Triton 2.51 (model.py)",
+    "zeroserve-python": "zeroserve (model.py)",
+}
+PLOT_LABELS: Final = {
+    variant_key(key, protocol): label if protocol == "json" else f"{label}, {protocol}"
+    for key, label in _CONTENDER_LABELS.items()
+    for protocol in PROTOCOLS
 }
 
 
@@ -555,6 +677,7 @@ def _replot(path: Path) -> int:
         for p in document["points"]
     ]
     titles = {key: value["title"] for key, value in document["contenders"].items()}
+    titles |= {key: value["title"] for key, value in document.get("variants", {}).items()}
     settings = document["settings"]
     # Runs saved before --client existed were all driven by zeroserve bench.
     client = document.get("client", "zeroserve-bench")
@@ -614,6 +737,13 @@ def _document(
             "model": SERVED_MODEL.name,
             "model_widths": list(SERVED_MODEL.widths),
             "request": request_text,
+            "protocols": setup.protocols,
+            "grpc_load": f"h2load -t1, -c/-m making the concurrency with up to "
+            f"{measure.GRPC_STREAMS_PER_CONNECTION} streams per connection, one framed "
+            "batch-1 ModelInferRequest; the server's ModelStatistics success count must "
+            "cover h2load's answers",
+            "python_model": "bench/python_backend.py's model.py: one InferenceSession with "
+            "ONNX Runtime's default options (a spinning pool), a batch's rows run together",
             "duration_s": args.duration,
             "warmup_s": args.warmup,
             "repeats": args.repeats,
@@ -626,7 +756,9 @@ def _document(
                 "providers": "CPUExecutionProvider" if args.device == "cpu" else "CUDA",
                 "intra_op_num_threads": engine_module.INTRA_OP_THREADS,
                 "inter_op_num_threads": engine_module.INTER_OP_THREADS,
-                "allow_spinning": "on for models >= 32 MiB of weights, else off (all servers)",
+                "threads": "runtimes.onnx.threads.choose_threads (all ONNX servers): one "
+                "intra-op thread and no spinning under 32 MiB of weights, else a spinning pool "
+                "of the cores per instance",
             },
             "zeroserve_batching": models.config_text(SERVED_MODEL, max_queue_delay_us=0),
             "mlserver_batching": {
@@ -647,6 +779,7 @@ def _document(
         },
         "skipped": setup.skipped,
         "contenders": {key: {"title": titles[key], "command": commands[key]} for key in commands},
+        "variants": {v.key: {"title": v.title, "protocol": v.protocol} for v in setup.variants},
         "points": [
             {
                 "server": e.key,

@@ -36,6 +36,13 @@ class Contender(abc.ABC):
     """Short name used in results (``zeroserve``, ``mlserver``...)."""
     title: str
     """What it is, for tables."""
+    protocols: tuple[str, ...] = ("json",)
+    """What it is measured over: ``json`` and ``binary`` (HTTP/1.1), ``grpc``."""
+
+    @property
+    def grpc_address(self) -> str | None:
+        """host:port of its gRPC endpoint; None where it is not measured over gRPC."""
+        return None
 
     @property
     @abc.abstractmethod
@@ -85,6 +92,24 @@ def _env_prefix(env: dict[str, str]) -> list[str]:
     return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
 
 
+def repository_call(port: int, key: str, model: str, action: str, *, log_tail: str = "") -> None:
+    """``POST /v2/repository/models/{model}/{action}`` (``load`` or ``unload``) on the server
+    ``key`` at ``port``; raises :class:`ContenderError` (with ``log_tail``) unless it answers
+    200, which it does once the model is ready or gone."""
+    status, _, body = request(
+        port,
+        "POST",
+        f"/v2/repository/models/{model}/{action}",
+        body=b"{}",
+        headers={"Content-Type": "application/json"},
+        timeout_s=LOAD_TIMEOUT_S,
+    )
+    if status != 200:
+        raise ContenderError(
+            f"{key}: {action} {model} answered {status}: {body[:300]!r}\n{log_tail}"
+        )
+
+
 class _V2RepositoryServer(Contender):
     """A server loading and unloading through ``/v2/repository/models/{name}/{load,unload}``."""
 
@@ -124,19 +149,7 @@ class _V2RepositoryServer(Contender):
         self._repository_call(model, "unload")
 
     def _repository_call(self, model: str, action: str) -> None:
-        status, _, body = request(
-            self._port,
-            "POST",
-            f"/v2/repository/models/{model}/{action}",
-            body=b"{}",
-            headers={"Content-Type": "application/json"},
-            timeout_s=LOAD_TIMEOUT_S,
-        )
-        if status != 200:
-            raise ContenderError(
-                f"{self.key}: {action} {model} answered {status}: {body[:300]!r}\n"
-                f"{self._server.log_tail()}"
-            )
+        repository_call(self._port, self.key, model, action, log_tail=self._server.log_tail())
 
 
 class ZeroserveDirect(_V2RepositoryServer):
@@ -144,12 +157,26 @@ class ZeroserveDirect(_V2RepositoryServer):
 
     key = "zeroserve"
     title = "zeroserve data plane, direct"
+    protocols = ("json", "binary", "grpc")
 
-    def __init__(self, workdir: Path, repository: Path, initial: Sequence[str]) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        repository: Path,
+        initial: Sequence[str],
+        *,
+        log_name: str = "zeroserve.log",
+    ) -> None:
         port = free_port()
+        self._grpc_port = free_port()
         env = {"ZEROSERVE_CACHE_DIR": str(workdir / "zeroserve-cache")}
         command = _env_prefix(env) + server_command(repository, port, list(initial))
-        super().__init__(command, port, workdir / "zeroserve.log")
+        command += ["--grpc-port", str(self._grpc_port)]
+        super().__init__(command, port, workdir / log_name)
+
+    @property
+    def grpc_address(self) -> str | None:
+        return f"{HOST}:{self._grpc_port}"
 
 
 class ZeroserveActivator(Contender):

@@ -16,12 +16,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
+from bench import h2load
 from bench.engine import Engine
 from bench.loadgen import Target, WrkLoad
 from bench.machine import busy_cpu_seconds
@@ -145,6 +147,67 @@ def wrk_point(
         client_cores=result.client_cpu_cores,
         other_cores=max(busy - cpu - result.client_cpu_cores * wall, 0.0) / wall,
     )
+
+
+GRPC_STREAMS_PER_CONNECTION: Final = 8
+"""As bench/grpc.py: a gRPC client multiplexes calls on few connections."""
+
+
+def grpc_point(
+    executable: str,
+    url: str,
+    body_file: Path,
+    concurrency: int,
+    settings: LoadSettings,
+    server_pid: int,
+    successes: Callable[[], int],
+) -> dict[str, Any]:
+    """One point of h2load gRPC load (``url``: the ModelInfer method, ``body_file``: one
+    framed ModelInferRequest); its figures, or ``{"failed": why}`` with zero throughput.
+
+    h2load cannot read gRPC trailers, so a gRPC error would count as a success: the
+    server's own success count (``successes``, read before and after) must cover every
+    answer h2load counted, and the shortfall counts as errors."""
+    connections, streams = h2load.layout(concurrency, GRPC_STREAMS_PER_CONNECTION)
+    log_file = body_file.with_suffix(".log")
+    try:
+        before = successes()
+        cpu, busy = process_tree_cpu_seconds(server_pid), busy_cpu_seconds()
+        wall = time.monotonic()
+        run = h2load.run(
+            executable,
+            url,
+            body_file,
+            h2load.GRPC_HEADERS,
+            connections=connections,
+            streams=streams,
+            duration_s=_whole_seconds(settings.duration_s),
+            warmup_s=_whole_seconds(settings.warmup_s),
+            log_file=log_file,
+        )
+        wall = time.monotonic() - wall
+        cpu, busy = process_tree_cpu_seconds(server_pid) - cpu, busy_cpu_seconds() - busy
+        counted = successes() - before
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        return _failed(str(exc)[-500:], [executable, url])
+    unconfirmed = max(run.done - run.errors - counted, 0)
+    # h2load's rate covers the timed window only; CPU covers the warm-up too, so CPU per
+    # request divides by every request the server counted.
+    server_cores = cpu / wall
+    record = _record(
+        throughput=run.requests_per_s,
+        latency_ms=(run.p50_ms, run.p90_ms, run.p99_ms),
+        ok=run.succeeded - unconfirmed,
+        errors={"grpc": run.errors + unconfirmed} if run.errors + unconfirmed else {},
+        error_count=run.errors + unconfirmed,
+        error_samples={},
+        server_cores=server_cores,
+        client_cores=run.client_cpu_s / wall,
+        other_cores=max(busy - cpu - run.client_cpu_s, 0.0) / wall,
+    )
+    record["server_cpu_ms_per_request"] = cpu / max(counted, 1) * 1e3
+    record["command"] = list(run.command)
+    return record
 
 
 def _whole_seconds(seconds: float) -> int:

@@ -16,7 +16,10 @@ ENGINE: Final = "engine"
 REFERENCE_BATCH: Final = 32
 """Served throughput is compared with the engine alone at this batch size."""
 ZEROSERVE: Final = "zeroserve"
-PEERS: Final = ("mlserver", "mlserver-default", "kserve")
+PEERS: Final = ("mlserver", "mlserver-default", "kserve", "triton")
+PYTHON_MODEL: Final = "zeroserve-python"
+TRITON: Final = "triton"
+PROTOCOL_SUFFIXES: Final = {"json": "", "binary": "-binary", "grpc": "-grpc"}
 
 
 @dataclass
@@ -98,7 +101,49 @@ def summary(entries: Sequence[Entry], concurrencies: Sequence[int]) -> dict[str,
             "best_peer_p99_ms": best.median("p99_ms"),
             "p99_at_or_below_best_peer": ours.median("p99_ms") <= best.median("p99_ms"),
         }
-    return {"engine_b32_rows_per_s": reference, "servers": table, "zeroserve_vs_best_peer": margins}
+    return {
+        "engine_b32_rows_per_s": reference,
+        "servers": table,
+        "zeroserve_vs_best_peer": margins,
+        "native_onnx": native_onnx(entries, concurrencies),
+    }
+
+
+def native_onnx(entries: Sequence[Entry], concurrencies: Sequence[int]) -> dict[str, Any]:
+    """zeroserve's ONNX runtime over the same ONNX Runtime call in a Python model, in
+    zeroserve and in Triton, protocol by protocol: ``{protocol: {c: ratios}}`` (issue 19's
+    target is every ratio >= 1)."""
+    table: dict[str, Any] = {}
+    for protocol, suffix in PROTOCOL_SUFFIXES.items():
+        rows: dict[str, Any] = {}
+        for c in concurrencies:
+            ours = find(entries, ZEROSERVE + suffix, c)
+            if ours is None or ours.median("throughput") <= 0:
+                continue
+            row: dict[str, Any] = {"onnx": ours.median("throughput")}
+            for name, key in (("python_model", PYTHON_MODEL), ("triton", TRITON)):
+                other = find(entries, key + suffix, c)
+                if other is not None and other.median("throughput") > 0:
+                    row[name] = other.median("throughput")
+                    row[f"ratio_to_{name}"] = row["onnx"] / row[name]
+            if len(row) > 1:
+                rows[str(c)] = row
+        if rows:
+            table[protocol] = rows
+    return table
+
+
+def native_onnx_lines(table: dict[str, Any]) -> list[str]:
+    """:func:`native_onnx`'s ratios, one line per protocol and concurrency."""
+    lines = []
+    for protocol, rows in table.items():
+        for c, row in rows.items():
+            parts = [f"{protocol:<6} c={c:<3} ONNX runtime {row['onnx']:8,.0f}/s"]
+            for name, label in (("python_model", "Python model"), ("triton", "Triton")):
+                if name in row:
+                    parts.append(f"{row[f'ratio_to_{name}']:.2f}x {label} ({row[name]:,.0f}/s)")
+            lines.append("; ".join(parts))
+    return lines
 
 
 LOADS: Final = {
@@ -114,7 +159,7 @@ def text_table(
     """The terminal table: one row per server and concurrency, the engine alone first."""
     reference = engine_reference(entries)
     header = (
-        f"{'server':<22}{'level':>6}{'infer/s':>10}{'spread':>8}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'server':<26}{'level':>6}{'infer/s':>10}{'spread':>8}{'p50 ms':>9}{'p99 ms':>9}"
         f"{'/eng b32':>9}{'srv ms/req':>11}{'srv cpu':>8}{'other':>7}{'errors':>7}"
     )
     lines = [header, "-" * len(header)]
@@ -128,7 +173,7 @@ def text_table(
             ratio = entry.median("throughput") / reference if reference else math.nan
             cpu_ms = entry.median("server_cpu_ms_per_request")
         lines.append(
-            f"{entry.key:<22}{level:>6}{entry.median('throughput'):>10,.0f}"
+            f"{entry.key:<26}{level:>6}{entry.median('throughput'):>10,.0f}"
             f"{_pct(entry.spread('throughput')):>8}{entry.median('p50_ms'):>9.2f}"
             f"{entry.median('p99_ms'):>9.2f}{_cell(ratio, '.2f'):>9}{_cell(cpu_ms, '.3f'):>11}"
             f"{_cell(entry.median('server_cpu_cores'), '.2f'):>8}"
@@ -136,7 +181,7 @@ def text_table(
             f"{'-' if entry.is_engine else str(entry.errors):>7}"
         )
         for why in entry.failures[:1]:
-            lines.append(f"{'':<22}  failed: {why.splitlines()[-1] if why else why}")
+            lines.append(f"{'':<26}  failed: {why.splitlines()[-1] if why else why}")
     lines += [
         "",
         f"Load: {LOADS.get(client, client)}. "

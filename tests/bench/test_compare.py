@@ -1,8 +1,12 @@
 """``bench/compare.py --quick`` (what CI runs of it): engine alone and zeroserve, end to end.
 
 The peers are left out of the quick run, visibly: installing MLServer and KServe into their
-environments takes about two minutes on the 2-core machine, more than CI's test budget; the
-full run (``python bench/compare.py``) installs and measures them. Only what the run reports
+environments takes about two minutes on the 2-core machine, more than CI's test budget, and
+real Triton (a wheel download on a fresh machine, then seconds of start-up per run) and
+zeroserve's Python-model form go with them; the full run (``python bench/compare.py``)
+installs and measures them. Triton as a peer is checked here on its own, where it can run:
+started as the comparison starts it, answering the engine's output over JSON, binary
+tensors and gRPC. Only what the run reports
 is checked, never how fast anything was. It runs once per load generator: wrk (what a full
 run uses where wrk is installed; skipped visibly where it is not) and ``zeroserve bench``.
 """
@@ -16,12 +20,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from bench.comparison import measure
+from bench.comparison import measure, results
+from bench.comparison.grpc_probe import GrpcProbe
+from bench.comparison.python_models import TritonPeer
+from bench.engine import Engine
 from bench.loadgen import Target, WrkLoad
-from bench.models import MODELS, request_body, sample_rows
-from bench.server import free_port
+from bench.models import MODELS, request_body, sample_rows, write_model
+from bench.server import free_port, infer_once
+from tests.triton_oracle import require_triton
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +64,7 @@ def test_quick_compare_writes_results_and_plot(tmp_path, client):
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "MLServer and KServe are skipped" in done.stderr
+    assert "so is real Triton" in done.stderr
     assert ("Load: wrk" if client == "wrk" else "Load: zeroserve bench") in done.stdout
     [document_path] = results.glob("*-ci-compare-quick.json")
     assert document_path.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
@@ -103,3 +113,63 @@ def test_a_server_that_refuses_connections_is_a_failed_point(tmp_path):
     assert point["throughput"] == 0.0
     assert "Connection refused" in point["failed"]
     assert point["command"][0] == "wrk"
+
+
+def test_triton_peer_answers_the_engine_over_each_protocol(tmp_path):
+    install = require_triton()
+    spec = MODELS["light"]
+    model_path = tmp_path / "light.onnx"
+    write_model(spec, model_path)
+    row = sample_rows(spec, 1)
+    expected = Engine(model_path).run(row)
+    peer = TritonPeer(tmp_path, install, {spec.name: (spec, model_path)}, [spec.name])
+    try:
+        peer.start()
+        process = peer.server.process
+        assert peer.grpc_address is not None
+        port = int(peer.url.rsplit(":", 1)[1])
+        for encoding in ("json", "binary"):
+            served = infer_once(port, spec.name, request_body(spec, row, encoding))
+            np.testing.assert_allclose(served, expected, rtol=1e-4, atol=1e-5)
+        probe = GrpcProbe(peer.grpc_address, spec.name, row, tmp_path / "body.grpc")
+        try:
+            before = probe.successes()
+            np.testing.assert_allclose(probe.infer(), expected, rtol=1e-4, atol=1e-5)
+            assert probe.successes() == before + 1
+        finally:
+            probe.close()
+        peer.unload(spec.name)
+        peer.load(spec.name)
+    finally:
+        peer.stop()
+    assert process.poll() is not None
+
+
+def test_native_onnx_ratios_compare_like_protocols():
+    def entry(key: str, size: int, throughput: float) -> results.Entry:
+        return results.Entry(key, key, size, [{"throughput": throughput}])
+
+    entries = [
+        entry("zeroserve", 1, 2000.0),
+        entry("zeroserve-python", 1, 1000.0),
+        entry("triton", 1, 4000.0),
+        entry("zeroserve-grpc", 1, 900.0),
+        entry("triton-grpc", 1, 1800.0),
+        entry("zeroserve-binary", 1, 500.0),
+    ]
+    table = results.native_onnx(entries, [1])
+    assert table == {
+        "json": {
+            "1": {
+                "onnx": 2000.0,
+                "python_model": 1000.0,
+                "ratio_to_python_model": 2.0,
+                "triton": 4000.0,
+                "ratio_to_triton": 0.5,
+            }
+        },
+        "grpc": {"1": {"onnx": 900.0, "triton": 1800.0, "ratio_to_triton": 0.5}},
+    }
+    assert results.native_onnx_lines(table)[1] == (
+        "grpc   c=1   ONNX runtime      900/s; 0.50x Triton (1,800/s)"
+    )
