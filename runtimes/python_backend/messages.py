@@ -56,6 +56,7 @@ Standard library only: the stub frames its first message before importing numpy.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 from collections import deque
@@ -125,6 +126,8 @@ class Channel:
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
         self._frames = FrameBuffer()
         self._ready: deque[Message] = deque()
         # One buffer for every read: recv(n) would allocate n bytes each time.
@@ -134,9 +137,16 @@ class Channel:
     def send(self, message: Message) -> None:
         self.sock.sendall(encode(message))
 
-    def receive(self) -> Message:
-        """The next message; ChannelClosedError at end of stream."""
+    def receive(self, timeout_s: float | None = None) -> Message:
+        """The next message; ChannelClosedError at end of stream, TimeoutError when no
+        byte arrives within ``timeout_s`` (None: wait for ever). One thread at a time.
+
+        The socket stays blocking (other threads send on it, and must not fail for a
+        peer slow to read); the bound is a poll before each read.
+        """
         while not self._ready:
+            if timeout_s is not None and not self._poll.poll(timeout_s * 1000.0):
+                raise TimeoutError(f"nothing arrived within {timeout_s} s")
             count = self.sock.recv_into(self._buffer)
             if not count:
                 raise ChannelClosedError("the peer closed the stub channel")

@@ -7,9 +7,10 @@ Error texts are Triton's: a Python exception becomes ``<Type>: <message>`` follo
 ``At:`` and the model's frames, innermost first, without the stub's own frames; the
 backend's checks of what ``execute`` returned give Triton's bare sentences.
 
-The channel's reader is a thread of its own (:mod:`.stub_channel`), so that a model's
+Whichever thread waits reads the channel (:mod:`.stub_channel`), so that a model's
 questions to the server (response senders, BLS calls, ``is_cancelled``) are answered
-from any thread while the main thread runs ``execute``. A decoupled model's ``async def
+from any thread while the main thread runs ``execute``, and the idle main thread reads
+its next ``execute`` itself. A decoupled model's ``async def
 execute`` runs in the background, as in Triton: the instance takes its next requests
 while the coroutine awaits, so that a model may call itself through BLS.
 """
@@ -135,7 +136,6 @@ class ModelHost:
         """Answer the server's messages until it says finalize or goes away."""
         pb_utils.bind(self)
         sys.modules[MODULE_NAME] = pb_utils
-        self._channel.start()
         while True:
             message = self._channel.next_work()
             for offset in self._result_blocks:
