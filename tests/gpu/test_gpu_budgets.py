@@ -17,15 +17,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from foundation import model_config
 from foundation.proto import model_config_pb2 as mc
-from runtimes.base import RuntimeOptions
 from runtimes.errors import ModelLoadError
-from runtimes.llm.vllm import VllmRuntime
 from runtimes.nvml import count_gpus, open_nvml
 from runtimes.onnx import OnnxRuntime
 from runtimes.sampling import SamplingParams
-from tests.llm_model import prompt, write_tiny_llm
+from tests.gpu.test_vllm import load_tiny_vllm
+from tests.llm_model import prompt
 from tests.models import load_runtime, read_config, write_onnx_mlp
 
 pytestmark = [pytest.mark.gpu, pytest.mark.anyio]
@@ -118,20 +116,12 @@ async def test_vllm_starts_after_an_onnx_cuda_model_within_its_budget(tmp_path: 
         OnnxRuntime, onnx_dir, device="cuda:0", config=_onnx_config(onnx_dir, 512 * MIB)
     )
     budget = 4096 * MIB
-    llm_dir = write_tiny_llm(
-        tmp_path,
-        "tiny",
-        hidden=256,
-        parameters={"memory_bytes": str(budget), "enforce_eager": "true"},
-    )
-    config = model_config.read_config_file(llm_dir)
-    assert config is not None
-    config.backend = "vllm"
-    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1, gpus=[0])
-    VllmRuntime.complete_config(llm_dir / "1", config)
-    llm = VllmRuntime(name="tiny", version=1, options=RuntimeOptions(drain_timeout_s=0.0))
     try:
-        await llm.load(llm_dir / "1", config, "cuda:0")
+        llm = await load_tiny_vllm(tmp_path, memory_bytes=str(budget), enforce_eager="true")
+    except BaseException:
+        await onnx.unload()
+        raise
+    try:
         ids = await llm.encode(prompt("the", "cat"))
         result = await llm.complete(ids, SamplingParams(max_tokens=4, temperature=0.0))
         assert result.finish_reason in ("length", "stop")

@@ -38,6 +38,21 @@ def _skip_without_cuda_and_vllm() -> None:
 pytestmark = [pytest.mark.gpu, pytest.mark.anyio]
 
 
+async def load_tiny_vllm(repo: Path, **parameters: str) -> VllmRuntime:
+    """The tiny test LLM written under ``repo`` and loaded by vLLM on GPU 0, with config
+    ``parameters``."""
+    # hidden 256 over 4 heads: a head size every vLLM attention backend takes.
+    model_dir = write_tiny_llm(repo, "tiny", hidden=256, parameters=parameters)
+    config = model_config.read_config_file(model_dir)
+    assert config is not None
+    config.backend = "vllm"
+    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1, gpus=[0])
+    VllmRuntime.complete_config(model_dir / "1", config)
+    runtime = VllmRuntime(name="tiny", version=1, options=RuntimeOptions(drain_timeout_s=0.0))
+    await runtime.load(model_dir / "1", config, "cuda:0")
+    return runtime
+
+
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
@@ -46,20 +61,9 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="module")
 async def engine(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VllmRuntime]:
     _skip_without_cuda_and_vllm()
-    # hidden 256 over 4 heads: a head size every vLLM attention backend takes.
-    model_dir = write_tiny_llm(
-        tmp_path_factory.mktemp("repo"),
-        "tiny",
-        hidden=256,
-        parameters={"gpu_memory_utilization": "0.3", "enforce_eager": "true"},
+    runtime = await load_tiny_vllm(
+        tmp_path_factory.mktemp("repo"), gpu_memory_utilization="0.3", enforce_eager="true"
     )
-    config = model_config.read_config_file(model_dir)
-    assert config is not None
-    config.backend = "vllm"
-    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1, gpus=[0])
-    VllmRuntime.complete_config(model_dir / "1", config)
-    runtime = VllmRuntime(name="tiny", version=1, options=RuntimeOptions(drain_timeout_s=0.0))
-    await runtime.load(model_dir / "1", config, "cuda:0")
     try:
         yield runtime
     finally:
