@@ -8,9 +8,17 @@ number on the pool's Revision (never on the Service, which would stamp a new Rev
 roll every pod):
 
 - ``start_worker``: ``min-scale`` + 1, then wait for a new pod to become ready;
-- ``stop_worker``: lower the pod's deletion cost so the ReplicaSet picks it, ``min-scale`` − 1,
-  wait for the pod to go; delete it outright if Knative has not removed it in time;
+- ``stop_worker``: lower the pod's deletion cost so the ReplicaSet picks it, ``min-scale`` − 1
+  on the Revision the pod belongs to (its ``serving.knative.dev/revision`` label), wait for
+  the pod to go; delete it outright if Knative has not removed it in time;
 - ``delete_pool``: delete the Service (its Revisions and pods go with it).
+
+A changed pod template (image, env, resources) stamps a new Revision, which Knative makes the
+latest and which starts at zero pods; new workers come from it. The older Revisions that
+still have pods stay in the Service's traffic (at 0 %: requests never go through Knative),
+which keeps them reachable, so Knative keeps their ``min-scale`` pods and the models loaded
+there keep serving; each such pod goes only when the control plane stops it, like any
+worker, and once an older Revision has no pod left it is dropped from the traffic.
 
 A pod that was ready once stays a worker while it runs, even when its readiness drops
 (``/v2/health/ready`` fails once the data plane begins to shut down, before it stops
@@ -43,6 +51,7 @@ from control_plane.backends.knative.errors import KnativeConfigError, KubeApiErr
 from control_plane.backends.knative.manifests import (
     deletion_cost_patch,
     make_service,
+    pin_revisions,
     pool_selector,
     revision_name,
     service_name,
@@ -69,6 +78,10 @@ class _Pool:
     spec: PoolSpec
     service: str
     revision: str
+    """The latest Revision: where new workers come from."""
+    manifest: dict[str, Any]
+    pinned: tuple[str, ...] = ()
+    """Older Revisions kept routed while they have pods."""
     waiters: collections.deque[asyncio.Future[WorkerRecord]] = field(
         default_factory=collections.deque
     )
@@ -167,20 +180,20 @@ class KnativeBackend(PodBackend):
             )
             self._is_config_checked = True
         name = service_name(pool.name, self._knative)
-        previous = await self._api.get_service(name)
-        await self._api.apply_service(manifest)
+        revision = revision_name(manifest)
+        kept = await self._older_revisions_with_pods(pool.name, revision)
+        await self._api.apply_service(pin_revisions(manifest, kept))
         state = self._pools.get(pool.name)
         if state is None:
-            state = self._pools[pool.name] = _Pool(pool, name, revision_name(manifest))
-        state.spec, state.revision = pool, revision_name(manifest)
+            state = self._pools[pool.name] = _Pool(pool, name, revision, manifest)
+        state.spec, state.revision, state.manifest, state.pinned = pool, revision, manifest, kept
         logger.info(
-            "pool %s: Knative Service %s applied (revision %s)", pool.name, name, state.revision
+            "pool %s: Knative Service %s applied (revision %s%s)",
+            pool.name,
+            name,
+            revision,
+            f"; older revisions kept while their pods run: {', '.join(kept)}" if kept else "",
         )
-        if previous is not None:
-            async with asyncio.timeout(self._settings.worker_start_timeout_s):
-                await self._scaler.carry_over(
-                    previous, state.revision, ceiling=state.spec.max_workers
-                )
         await self._refresh()
         if self._poll_task is None:
             self._poll_task = asyncio.create_task(self._poll_loop(), name="knative-pods")
@@ -233,12 +246,16 @@ class KnativeBackend(PodBackend):
         worker.is_stopping = True
         state = self._pools.get(worker.record.pool)
         stop_s = self._settings.worker_stop_timeout_s
+        pod = self._pods.get(worker.pod)
+        # The pod's own Revision: after a template change it is an older one than the pool's.
+        revision = pod.revision if pod is not None and pod.revision else None
         try:
             if state is not None:
+                revision = revision or state.revision
                 with contextlib.suppress(KubeApiError):
                     await self._api.patch_pod(worker.pod, deletion_cost_patch(_STOP_DELETION_COST))
                 async with asyncio.timeout(stop_s):
-                    await self._scale(state, -1)
+                    await self._scaler.add(revision, -1, ceiling=state.spec.max_workers)
             if not await self._wait_until(lambda: self._is_leaving(worker.pod), stop_s):
                 logger.warning(
                     "pod %s still runs %.0f s after its pool was scaled down; deleting it",
@@ -250,6 +267,8 @@ class KnativeBackend(PodBackend):
             # The pod drains its in-flight requests (the data plane's exit timeout) first.
             if not await self._wait_until(lambda: worker.pod not in self._pods, stop_s):
                 logger.warning("pod %s is still terminating; not waiting longer", worker.pod)
+            if state is not None and revision is not None:
+                await self._release_revision(state, revision)
         except (KubeApiError, TimeoutError) as exc:
             logger.warning("stopping worker %s: %s", worker_id, exc)
         finally:
@@ -327,6 +346,29 @@ class KnativeBackend(PodBackend):
 
     async def _scale(self, state: _Pool, delta: int) -> int:
         return await self._scaler.add(state.revision, delta, ceiling=state.spec.max_workers)
+
+    async def _older_revisions_with_pods(self, pool: str, latest: str) -> tuple[str, ...]:
+        """Revisions of ``pool`` other than ``latest`` that still have running pods."""
+        listed = await self._api.list_pods(pool_selector(pool))
+        pods = read_pods(listed, default_port=self._knative.container_port)
+        return tuple(
+            sorted(
+                {p.revision for p in pods if p.revision and p.revision != latest and not p.is_gone}
+            )
+        )
+
+    async def _release_revision(self, state: _Pool, revision: str) -> None:
+        """Drop an older Revision from the traffic once none of its pods runs (Knative then
+        retires it); nothing while one does, or for the latest."""
+        if revision not in state.pinned:
+            return
+        if any(p.revision == revision and not p.is_gone for p in self._pods.values()):
+            return
+        state.pinned = tuple(r for r in state.pinned if r != revision)
+        await self._api.apply_service(pin_revisions(state.manifest, state.pinned))
+        logger.info(
+            "pool %s: revision %s has no pod left; no longer routed", state.spec.name, revision
+        )
 
     async def _unscale(self, state: _Pool) -> None:
         try:

@@ -55,6 +55,7 @@ __all__ = [
     "make_service",
     "min_scale_of",
     "min_scale_patch",
+    "pin_revisions",
     "pool_selector",
     "revision_name",
     "service_name",
@@ -141,6 +142,24 @@ def make_service(
         },
         "spec": {"template": revision_template},
     }
+
+
+def pin_revisions(service: dict[str, Any], revisions: Sequence[str]) -> dict[str, Any]:
+    """``service`` with its traffic pinned to ``revisions`` as well as its latest Revision.
+
+    The backend never routes through Knative, so the percentages mean nothing; what matters
+    is that a Revision named in the traffic, even at 0 %, is routed (Knative's labeler marks
+    it ``routingState: active``), so its PodAutoscaler is reachable and keeps ``min-scale``
+    pods. A Revision left out is unreachable and Knative scales it to zero whatever its
+    ``min-scale``: that is how a changed template would lose the previous Revision's pods,
+    and their loaded models, at once.
+    """
+    pinned = {**service, "spec": dict(service["spec"])}
+    pinned["spec"]["traffic"] = [
+        {"latestRevision": True, "percent": 100},
+        *({"revisionName": name, "percent": 0} for name in sorted(set(revisions))),
+    ]
+    return pinned
 
 
 def revision_name(service: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from control_plane.backends.knative.api import KubeApi
@@ -66,24 +66,6 @@ class RevisionScaler:
             status=409,
             reason=f"it kept changing under us ({_CONFLICT_ATTEMPTS} attempts)",
         )
-
-    async def carry_over(self, previous: Mapping[str, Any], revision: str, *, ceiling: int) -> int:
-        """A changed template stamped ``revision``: give it at least the ``min-scale`` of
-        the Service's previous Revision (whose pods Knative retires now that it no longer
-        serves); the count carried, 0 when there was nothing to carry."""
-        old = (previous.get("status") or {}).get("latestCreatedRevisionName") or (
-            previous.get("spec", {}).get("template", {}).get("metadata", {}).get("name")
-        )
-        if not old or old == revision:
-            return 0
-        old_revision = await self._api.get_revision(str(old))
-        count = min_scale_of(old_revision) if old_revision is not None else 0
-        if count == 0:
-            return 0
-        logger.info("revision %s takes over %d pods of %s", revision, count, old)
-        # At least, not plus: two replicas starting together may both carry it over.
-        await self.change(revision, lambda current: max(current, count), ceiling=ceiling)
-        return count
 
     async def _get(self, revision: str) -> dict[str, Any]:
         while True:

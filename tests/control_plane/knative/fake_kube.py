@@ -9,7 +9,8 @@ in a few lines each, the controllers a cluster would run behind them:
 
 - Knative: an applied Service stamps the Revision its template names (the template is
   validated against the real CRD schema first); a Revision wants ``min-scale`` pods (capped
-  by ``max-scale``) while it is its Service's latest, and none after;
+  by ``max-scale``) while it is routed (its Service's latest, or named in the Service's
+  ``traffic``, at any percent), and none after (Knative scales an unreachable one to zero);
 - the ReplicaSet: creates and removes pods to match, removing the cheapest first (not ready,
   then lowest ``pod-deletion-cost``, then newest), and replaces deleted ones;
 - the kubelet: a pluggable ``Kubelet``; ``InstantKubelet`` makes pods ready at once on fake
@@ -374,11 +375,12 @@ class FakeKube:
     def _reconcile(self) -> None:
         for (ns, name), revision in list(self.revisions.items()):
             service = self.services.get((ns, revision["metadata"]["labels"][SERVICE_LABEL]))
-            is_latest = (
-                service is not None and service["status"]["latestCreatedRevisionName"] == name
+            is_routed = service is not None and (
+                service["status"]["latestCreatedRevisionName"] == name
+                or any(t.get("revisionName") == name for t in service["spec"].get("traffic", []))
             )
             annotations = revision["metadata"]["annotations"]
-            want = int(annotations.get(MIN_SCALE, "0")) if is_latest else 0
+            want = int(annotations.get(MIN_SCALE, "0")) if is_routed else 0
             cap = int(annotations.get(MAX_SCALE, "0"))
             if cap:
                 want = min(want, cap)

@@ -201,18 +201,40 @@ async def test_a_new_control_plane_adopts_the_pods(kube: FakeKube):
         assert len(kube.revisions) == 1
 
 
-async def test_a_changed_template_moves_the_replicas_to_the_new_revision(kube: FakeKube):
+def min_scales(kube: FakeKube) -> dict[str, str]:
+    return {
+        r["metadata"]["name"]: r["metadata"]["annotations"][MIN_SCALE]
+        for r in kube.revisions.values()
+    }
+
+
+async def test_a_changed_template_keeps_the_old_revisions_pods_until_they_are_stopped(
+    kube: FakeKube,
+):
+    """A changed template stamps a Revision that starts empty. The old Revision's pod, and
+    the models loaded there, stay a worker (the Service keeps routing the old Revision at 0 %,
+    so Knative keeps its pods); a new worker comes from the new Revision; stopping the old
+    pod lowers its own Revision's min-scale, not the new one's, and then the old Revision is
+    no longer routed."""
     async with running(kube) as (backend, _):
         old = await backend.start_worker("default")
+    (old_revision,) = min_scales(kube)
     changed = KNATIVE.model_copy(update={"pools": {"default": PoolTemplate(memory="9Gi")}})
-    async with running(kube, knative=changed) as (backend, _):
-        assert len(kube.revisions) == 2
-        # The old revision's pod goes (Knative retires a revision that no longer serves).
-        await eventually(lambda: len(backend.list_workers()) == 1)
-        (new,) = backend.list_workers()
-        assert new.id != old.id
-        newest = [r for r in kube.revisions.values() if r["metadata"]["name"] in new.id]
-        assert [r["metadata"]["annotations"][MIN_SCALE] for r in newest] == ["1"]
+    async with running(kube, knative=changed) as (backend, lost):
+        (new_revision,) = set(min_scales(kube)) - {old_revision}
+        traffic = kube.services[("zeroserve", "zeroserve-default")]["spec"]["traffic"]
+        assert {"revisionName": old_revision, "percent": 0} in traffic
+        assert [w.id for w in backend.list_workers()] == [old.id]
+        new = await backend.start_worker("default")
+        assert new.id.startswith(new_revision)
+        assert min_scales(kube) == {old_revision: "1", new_revision: "1"}
+        await backend.stop_worker(old.id)
+        assert min_scales(kube) == {old_revision: "0", new_revision: "1"}
+        assert [w.id for w in backend.list_workers()] == [new.id]
+        assert [p["metadata"]["name"] for p in kube.live_pods()] == [new.id]
+        traffic = kube.services[("zeroserve", "zeroserve-default")]["spec"]["traffic"]
+        assert traffic == [{"latestRevision": True, "percent": 100}]
+        assert lost.ids == []
 
 
 async def test_an_unschedulable_start_fails_with_the_reason_and_is_taken_back(kube: FakeKube):

@@ -30,6 +30,7 @@ EXPORTS = {
         "make_service",
         "min_scale_of",
         "min_scale_patch",
+        "pin_revisions",
         "pool_selector",
         "revision_name",
         "service_name",

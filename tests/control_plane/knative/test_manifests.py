@@ -17,6 +17,7 @@ from control_plane.backends.knative.manifests import (
     make_service,
     min_scale_of,
     min_scale_patch,
+    pin_revisions,
     pool_selector,
     revision_name,
     service_name,
@@ -110,6 +111,19 @@ def test_the_gpu_pool_asks_for_what_it_needs():
     assert spec["runtimeClassName"] == "nvidia"
     assert spec["serviceAccountName"] == "zeroserve-runtime"
     assert spec["automountServiceAccountToken"] is False
+
+
+def test_older_revisions_are_pinned_at_zero_percent():
+    service = build()
+    pinned = pin_revisions(service, ["zeroserve-default-b", "zeroserve-default-a"] * 2)
+    assert pinned["spec"]["traffic"] == [
+        {"latestRevision": True, "percent": 100},
+        {"revisionName": "zeroserve-default-a", "percent": 0},
+        {"revisionName": "zeroserve-default-b", "percent": 0},
+    ]
+    assert knative_service_errors(pinned) == []
+    assert "traffic" not in service["spec"]
+    assert pinned["spec"]["template"] == service["spec"]["template"]
 
 
 def test_pods_are_not_evicted_by_the_cluster_autoscaler():
