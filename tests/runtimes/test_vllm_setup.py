@@ -1,6 +1,7 @@
 """What vLLM is told before its engine starts: spawn, and a memory fraction from the model's
-budget. vLLM itself needs a GPU (none here): the load test stands fake vLLM modules in that
-record what the runtime hands them, and a fake pynvml for the GPU's total."""
+budget. vLLM itself needs a GPU (none here): the load test stands fake vLLM modules (and a
+tokenizer) in that record what the runtime hands them, and a fake pynvml for the GPU's
+total."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 import pytest
 
 from foundation import model_config
-from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions
 from runtimes.errors import ModelLoadError
 from runtimes.llm.vllm import VllmRuntime
@@ -23,7 +23,6 @@ from runtimes.llm.vllm_setup import (
     gpu_memory_utilization,
     use_spawn,
 )
-from tests.llm_model import write_tiny_llm
 from tests.nvml_fake import fake_nvml
 
 GIB = 2**30
@@ -77,8 +76,9 @@ def test_spawn_replaces_any_start_method(before: str | None):
 
 
 def _fake_vllm(seen: dict[str, Any]) -> dict[str, ModuleType]:
-    """vllm's modules as the runtime imports them; building the engine records the engine
-    arguments and the start method in force, then fails as a machine without a GPU would."""
+    """vllm's modules as the runtime imports them, and transformers' AutoTokenizer; building
+    the engine records the engine arguments and the start method in force, then fails as a
+    machine without a GPU would."""
 
     def engine_args(**arguments: Any) -> dict[str, Any]:
         return arguments
@@ -90,6 +90,7 @@ def _fake_vllm(seen: dict[str, Any]) -> dict[str, ModuleType]:
     modules = {
         name: ModuleType(name)
         for name in (
+            "transformers",
             "vllm",
             "vllm.engine",
             "vllm.engine.arg_utils",
@@ -98,6 +99,9 @@ def _fake_vllm(seen: dict[str, Any]) -> dict[str, ModuleType]:
             "vllm.v1.engine.async_llm",
         )
     }
+    modules["transformers"].AutoTokenizer = type(  # type: ignore[attr-defined]
+        "AutoTokenizer", (), {"from_pretrained": staticmethod(lambda *a, **k: object())}
+    )
     modules["vllm.engine.arg_utils"].AsyncEngineArgs = engine_args  # type: ignore[attr-defined]
     modules["vllm.v1.engine.async_llm"].AsyncLLM = type(  # type: ignore[attr-defined]
         "AsyncLLM", (), {"from_engine_args": staticmethod(from_engine_args)}
@@ -119,13 +123,10 @@ async def test_the_engine_starts_with_spawn_and_the_derived_fraction(
         "Memory", (), {"total": 80 * GIB, "used": 0}
     )
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    model_dir = write_tiny_llm(tmp_path, "tiny", parameters={"memory_bytes": str(8 * GIB)})
-    config = model_config.read_config_file(model_dir)
-    assert config is not None
-    config.backend = "vllm"
-    config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_GPU, count=1, gpus=[0])
+    config = model_config.parse_pbtxt('backend: "vllm"')
+    config.parameters["memory_bytes"].string_value = str(8 * GIB)
     runtime = VllmRuntime(name="tiny", version=1, options=RuntimeOptions())
     with pytest.raises(ModelLoadError, match="fake vLLM: no GPU here"):
-        await runtime.load(model_dir / "1", config, "cuda:0")
+        await runtime.load(tmp_path, config, "cuda:0")
     assert seen["start_method"] == "spawn"
     assert seen["gpu_memory_utilization"] == 0.1
