@@ -13,12 +13,8 @@ roll every pod):
   the pod to go; delete it outright if Knative has not removed it in time;
 - ``delete_pool``: delete the Service (its Revisions and pods go with it).
 
-A changed pod template (image, env, resources) stamps a new Revision, which Knative makes the
-latest and which starts at zero pods; new workers come from it. The older Revisions that
-still have pods stay in the Service's traffic (at 0 %: requests never go through Knative),
-which keeps them reachable, so Knative keeps their ``min-scale`` pods and the models loaded
-there keep serving; each such pod goes only when the control plane stops it, like any
-worker, and once an older Revision has no pod left it is dropped from the traffic.
+A changed pod template stamps a new Revision; the older ones keep their pods, and the models
+there, while those run (``rollover``).
 
 A pod that was ready once stays a worker while it runs, even when its readiness drops
 (``/v2/health/ready`` fails once the data plane begins to shut down, before it stops
@@ -58,6 +54,7 @@ from control_plane.backends.knative.manifests import (
 )
 from control_plane.backends.knative.pods import PodView, read_pods
 from control_plane.backends.knative.preflight import check_knative_config
+from control_plane.backends.knative.rollover import Rollover
 from control_plane.backends.knative.scaler import RevisionScaler
 from control_plane.backends.knative.settings import KnativeSettings
 from control_plane.errors import NoCapacityError, WorkerStartError
@@ -133,6 +130,7 @@ class KnativeBackend(PodBackend):
         self._knative = knative
         self._api = api
         self._scaler = RevisionScaler(api)
+        self._rollover = Rollover(api, default_port=knative.container_port)
         self._on_worker_lost = on_worker_lost
         self._wall = wall
         self._pools: dict[str, _Pool] = {}
@@ -181,7 +179,7 @@ class KnativeBackend(PodBackend):
             self._is_config_checked = True
         name = service_name(pool.name, self._knative)
         revision = revision_name(manifest)
-        kept = await self._older_revisions_with_pods(pool.name, revision)
+        kept = await self._rollover.kept(pool.name, revision)
         await self._api.apply_service(pin_revisions(manifest, kept))
         state = self._pools.get(pool.name)
         if state is None:
@@ -268,7 +266,14 @@ class KnativeBackend(PodBackend):
             if not await self._wait_until(lambda: worker.pod not in self._pods, stop_s):
                 logger.warning("pod %s is still terminating; not waiting longer", worker.pod)
             if state is not None and revision is not None:
-                await self._release_revision(state, revision)
+                pinned = state.pinned
+                state.pinned = await self._rollover.release(
+                    state.manifest, pinned, revision, self._pods.values()
+                )
+                if state.pinned != pinned:
+                    logger.info(
+                        "pool %s: revision %s has no pod left", worker.record.pool, revision
+                    )
         except (KubeApiError, TimeoutError) as exc:
             logger.warning("stopping worker %s: %s", worker_id, exc)
         finally:
@@ -346,29 +351,6 @@ class KnativeBackend(PodBackend):
 
     async def _scale(self, state: _Pool, delta: int) -> int:
         return await self._scaler.add(state.revision, delta, ceiling=state.spec.max_workers)
-
-    async def _older_revisions_with_pods(self, pool: str, latest: str) -> tuple[str, ...]:
-        """Revisions of ``pool`` other than ``latest`` that still have running pods."""
-        listed = await self._api.list_pods(pool_selector(pool))
-        pods = read_pods(listed, default_port=self._knative.container_port)
-        return tuple(
-            sorted(
-                {p.revision for p in pods if p.revision and p.revision != latest and not p.is_gone}
-            )
-        )
-
-    async def _release_revision(self, state: _Pool, revision: str) -> None:
-        """Drop an older Revision from the traffic once none of its pods runs (Knative then
-        retires it); nothing while one does, or for the latest."""
-        if revision not in state.pinned:
-            return
-        if any(p.revision == revision and not p.is_gone for p in self._pods.values()):
-            return
-        state.pinned = tuple(r for r in state.pinned if r != revision)
-        await self._api.apply_service(pin_revisions(state.manifest, state.pinned))
-        logger.info(
-            "pool %s: revision %s has no pod left; no longer routed", state.spec.name, revision
-        )
 
     async def _unscale(self, state: _Pool) -> None:
         try:

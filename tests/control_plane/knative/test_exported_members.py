@@ -37,6 +37,7 @@ EXPORTS = {
     },
     "control_plane.backends.knative.pods": {"PodView", "read_pod", "read_pods"},
     "control_plane.backends.knative.preflight": {"check_knative_config"},
+    "control_plane.backends.knative.rollover": {"Rollover"},
     "control_plane.backends.knative.scaler": {"RevisionScaler"},
     "control_plane.backends.knative.requirements": {
         "AUTOSCALER_CONFIG",
