@@ -35,7 +35,7 @@ from tests.integration.test_platform_e2e import (
     TOKEN,
     assert_clear_error,
     assert_mlp_answer,
-    children_of,
+    descendants_of,
     infer_body,
     is_alive,
     mlp_input,
@@ -72,9 +72,9 @@ class Component:
         return self.log_path.read_text(errors="replace")
 
     def remember_workers(self) -> None:
-        """Note the worker processes (children) now, for the check that none outlives us."""
+        """Note the worker processes (descendants) now, for the check that none outlives us."""
         if self.process.poll() is None:
-            self.worker_pids |= children_of(self.process.pid)
+            self.worker_pids |= descendants_of(self.process.pid)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         self.remember_workers()

@@ -81,6 +81,18 @@ def children_of(pid: int) -> set[int]:
     return found
 
 
+def descendants_of(pid: int) -> set[int]:
+    """Children, their children and so on: a platform's workers are forked by its worker
+    template, a child of the platform, so they are its grandchildren."""
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        children = set().union(*(children_of(p) for p in frontier)) - found
+        found |= children
+        frontier = children
+    return found
+
+
 @dataclass
 class Platform:
     """A running ``zeroserve up``."""
@@ -96,8 +108,9 @@ class Platform:
         return self.log_path.read_text(errors="replace")
 
     def remember_workers(self) -> set[int]:
-        """Worker processes now (children of the platform), remembered for the final check."""
-        pids = children_of(self.process.pid)
+        """The platform's processes now (the worker template, the workers and what they
+        started), remembered for the final check."""
+        pids = descendants_of(self.process.pid)
         self.seen_pids |= pids
         return pids
 
@@ -449,9 +462,11 @@ async def test_cold_start_idle_unload_and_cold_start_again(
     second, first = timelines
     for timeline in timelines:
         assert timeline["worker"]["started"] is True
+        assert timeline["worker"]["start_method"] == "forked"  # from the worker template
         phases = [p["phase"] for p in timeline["phases"]]
         assert phases == [
             "queued",
+            "worker_process",
             "worker_ready",
             "fetched",
             "engine_built",
@@ -593,7 +608,8 @@ async def test_sigterm_leaves_no_orphans(
 
     await eventually(two_workers, "a warm worker beside the busy one", platform)
     pids = platform.remember_workers()
-    assert len(pids) == 2
+    workers = (await admin_get(client, platform, "/workers"))["workers"]
+    assert {w["details"]["pid"] for w in workers} <= pids
     assert platform.stop(signal.SIGTERM) == 0
     assert platform.wait_workers_gone() == set()
 
