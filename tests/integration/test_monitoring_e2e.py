@@ -25,7 +25,6 @@ import pytest
 from data_plane.gpu_metrics import GpuMetrics
 from foundation.cloudwatch import METRIC_NAMES, NAMESPACE
 from tests.data_plane.storage.s3_server import CREDENTIALS, REGION, MotoServer, start_moto
-from tests.data_plane.test_gpu_metrics import _fake_nvml
 from tests.integration.test_platform_e2e import (
     AUTH,
     SIZES,
@@ -45,6 +44,7 @@ from tests.monitoring.queries import (
     metric_names,
     rule_queries,
 )
+from tests.nvml_fake import fake_nvml
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -65,7 +65,7 @@ def _gpu_only_names() -> set[str]:
     """What workers export only where NVML sees a GPU (none here): rendered with a fake NVML,
     so the names still come from the code that exports them."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "pynvml", _fake_nvml())
+        patch.setitem(sys.modules, "pynvml", fake_nvml())
         return exported_names("\n".join(GpuMetrics().lines()))
 
 
