@@ -7,6 +7,7 @@ encode the :class:`OutputTensor` list this returns. Validation texts follow Trit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping
 
@@ -18,6 +19,7 @@ from data_plane.errors import (
     QueueFullError,
     RequestTimeoutError,
     UnavailableError,
+    ZeroserveError,
     request_prefix,
 )
 from data_plane.model_version import Pipeline
@@ -179,18 +181,30 @@ async def _infer_ensemble(
             produced = reshape.from_model(produced)
         outputs = _select_outputs(model, request, produced)
     except BaseException as exc:
-        reason = "CANCELED" if isinstance(exc, asyncio.CancelledError) else "OTHER"
-        model.stats.record_failure(reason=reason, request_ns=time.monotonic_ns() - started)
+        _record_ensemble_failure(model, exc, started)
         raise
+    _record_ensemble_success(model, rows, steps, started=started, prepared=prepared)
+    if times is not None:
+        times.add(input_ns=steps.input_ns, infer_ns=steps.infer_ns, output_ns=steps.output_ns)
+    return outputs
+
+
+def _record_ensemble_success(
+    model: LoadedVersion, rows: int, steps: ComputeTimes, *, started: int, prepared: int
+) -> None:
+    """An ensemble request's statistics: as in Triton, its compute times are the sums of
+    its steps'."""
     model.stats.record_composed(
         rows=rows,
         request_ns=time.monotonic_ns() - started,
         queue_ns=prepared - started,
         times=steps,
     )
-    if times is not None:
-        times.add(input_ns=steps.input_ns, infer_ns=steps.infer_ns, output_ns=steps.output_ns)
-    return outputs
+
+
+def _record_ensemble_failure(model: LoadedVersion, error: BaseException, started: int) -> None:
+    reason = "CANCELED" if isinstance(error, asyncio.CancelledError) else "OTHER"
+    model.stats.record_failure(reason=reason, request_ns=time.monotonic_ns() - started)
 
 
 def _failure_reason(error: BaseException) -> str:
@@ -426,11 +440,15 @@ def open_stream(
     request: InferRequest,
     *,
     idle_timeout_s: float = IDLE_TIMEOUT_S,
+    times: ComputeTimes | None = None,
 ) -> ResponseStream:
     """The responses of a decoupled model to ``request``, as they come (the request runs
     at the stream's first read). Raises now what the request alone is refused for
     (InvalidArgumentError for inputs or outputs that do not fit the model); the stream
-    yields an execution's failure as its last response."""
+    yields an execution's failure as its last response. ``times``, given, gains the
+    request's compute times (the request is an ensemble's step)."""
+    if model.ensemble is not None:
+        return _open_ensemble_stream(model, model.ensemble, request, idle_timeout_s, times)
     started = time.monotonic_ns()
     batch, rows = _prepare_inputs(model, request)
     context = _request_context(model, request)
@@ -457,9 +475,68 @@ def open_stream(
             infer_ns=result.compute_ns,
             output_ns=0,
         )
+        if times is not None:
+            times.add(input_ns=prepared - started, infer_ns=result.compute_ns, output_ns=0)
 
     def select(produced: Mapping[str, np.ndarray]) -> list[OutputTensor]:
         return _select_outputs(model, request, produced, as_produced=True)
+
+    return ResponseStream(model.name, context, start, select, idle_timeout_s=idle_timeout_s)
+
+
+def _open_ensemble_stream(
+    model: LoadedVersion,
+    ensemble: Pipeline,
+    request: InferRequest,
+    idle_timeout_s: float,
+    times: ComputeTimes | None,
+) -> ResponseStream:
+    """A decoupled ensemble's responses: checked as :func:`_infer_ensemble` checks a
+    request, each step an :func:`infer` or an :func:`open_stream` of its own, each
+    response handed on once the stream has room for it."""
+    started = time.monotonic_ns()
+    batch, rows = _prepare_inputs(model, request)
+    context = _request_context(model, request)
+    reshape = model.reshape
+    if reshape is not None:
+        batch = reshape.to_model(batch)
+    prepared = time.monotonic_ns()
+
+    async def start(streamed: RequestContext) -> None:
+        sink = streamed.responses
+        assert sink is not None
+        steps = ComputeTimes()
+        responses = ensemble.stream(
+            batch,
+            request,
+            lambda step, sent, into: infer(step, sent, None, into),
+            lambda step, sent, into: open_stream(step, sent, times=into),
+            steps,
+        )
+        failed: ZeroserveError | None = None
+        try:
+            async with contextlib.aclosing(responses):
+                async for response in responses:
+                    failed = response.error
+                    room = asyncio.Event()
+                    sink(response, room.set)
+                    await room.wait()
+        except BaseException as exc:
+            _record_ensemble_failure(model, exc, started)
+            raise
+        if failed is not None:
+            _record_ensemble_failure(model, failed, started)
+            return
+        _record_ensemble_success(model, rows, steps, started=started, prepared=prepared)
+        if times is not None:
+            times.add(input_ns=steps.input_ns, infer_ns=steps.infer_ns, output_ns=steps.output_ns)
+
+    def select(produced: Mapping[str, np.ndarray]) -> list[OutputTensor]:
+        if not produced:
+            return []  # a bare final flag
+        if reshape is not None:
+            produced = reshape.from_model(produced)
+        return _select_outputs(model, request, produced)
 
     return ResponseStream(model.name, context, start, select, idle_timeout_s=idle_timeout_s)
 

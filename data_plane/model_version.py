@@ -4,7 +4,7 @@ its states, and what a load reports. ``data_plane.repository`` re-exports them."
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -15,11 +15,13 @@ from data_plane.instances import Instances
 from data_plane.protocol import InferRequest, OutputTensor
 from data_plane.reshape import TensorReshape
 from data_plane.response_cache import ModelResponseCache
+from data_plane.response_stream import ResponseStream
 from data_plane.sequence import SequenceBatcher
 from data_plane.stats import ComputeTimes, ModelStats
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.base import ModelRuntime
 from runtimes.capabilities import Capabilities
+from runtimes.model_request import StreamedResponse
 
 
 class VersionState(enum.StrEnum):
@@ -82,6 +84,11 @@ RunStep = Callable[["LoadedVersion", InferRequest, ComputeTimes], Awaitable[list
 times to the :class:`ComputeTimes` given (an ensemble's step)."""
 
 
+OpenStep = Callable[["LoadedVersion", InferRequest, ComputeTimes], ResponseStream]
+"""Opens the responses of a decoupled model version to one request (a decoupled
+ensemble's step), adding its compute times to the :class:`ComputeTimes` given."""
+
+
 class Pipeline(Protocol):
     """What runs an ensemble version's requests, in place of a batcher and an engine
     (:class:`data_plane.ensemble.Ensemble`)."""
@@ -95,6 +102,18 @@ class Pipeline(Protocol):
     ) -> dict[str, np.ndarray]:
         """Run ``request`` (its ``inputs`` checked against the config) through the
         steps, each through ``run_step``; the outputs by name."""
+        ...
+
+    def stream(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        request: InferRequest,
+        run_step: RunStep,
+        open_step: OpenStep,
+        times: ComputeTimes,
+    ) -> AsyncGenerator[StreamedResponse, None]:
+        """A decoupled ensemble's responses to ``request``: each step through
+        ``run_step``, or ``open_step`` where its model is decoupled."""
         ...
 
 

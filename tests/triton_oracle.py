@@ -10,9 +10,11 @@ saying why.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bench.triton import (
@@ -25,15 +27,18 @@ from bench.triton import (
     triton_install,
 )
 from foundation.proto import model_config_pb2 as mc
+from tests.integration.conftest import START_TIMEOUT_S, ServerProcess, free_port, start_server
 from tests.models import write_config
 
 __all__ = [
     "ADD_SUB_MODEL",
     "IDENTITY_MODEL",
     "PYTRITON_VERSION",
+    "ServerPair",
     "TritonInstall",
     "TritonServer",
     "cache_dir",
+    "explicit_pair",
     "free_ports",
     "require_triton",
     "run_triton",
@@ -105,3 +110,57 @@ def triton_for(repository: Path, log_dir: Path, *args: str) -> Iterator[TritonSe
     it): what a fixture yields."""
     with run_triton(require_triton(), repository, log_dir, *args) as server:
         yield server
+
+
+@dataclass(frozen=True)
+class ServerPair:
+    """Real Triton and ``zeroserve serve`` on the same repository."""
+
+    triton: TritonServer
+    zeroserve: ServerProcess
+    zeroserve_grpc: str
+    """zeroserve's gRPC address (host:port)."""
+
+    def http(self) -> list[str]:
+        """Both HTTP base URLs, Triton's first."""
+        return [self.triton.http_url, self.zeroserve.url]
+
+    def grpc(self) -> list[str]:
+        """Both gRPC addresses, Triton's first."""
+        return [self.triton.grpc_address, self.zeroserve_grpc]
+
+
+@contextlib.contextmanager
+def explicit_pair(
+    repository: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    models: Sequence[str],
+    *triton_args: str,
+) -> Iterator[ServerPair]:
+    """Triton (with ``triton_args`` besides) and zeroserve (with a gRPC port) serving
+    ``repository`` in explicit model control, ``models`` loaded at start and ready on
+    both; both stopped when the block ends. Skips without Triton, as :func:`triton_for`."""
+    loads = [f"--load-model={name}" for name in models]
+    with triton_for(
+        repository,
+        tmp_path_factory.mktemp("triton-log"),
+        "--model-control-mode=explicit",
+        *triton_args,
+        *loads,
+    ) as triton:
+        grpc_port = free_port()
+        zeroserve = start_server(
+            repository,
+            tmp_path_factory.mktemp("zeroserve-log"),
+            "--grpc-port",
+            str(grpc_port),
+            "--model-control-mode=explicit",
+            *loads,
+        )
+        try:
+            with httpx.Client(base_url=zeroserve.url, timeout=START_TIMEOUT_S) as client:
+                for model in models:
+                    assert client.get(f"/v2/models/{model}/ready").status_code == 200, model
+            yield ServerPair(triton, zeroserve, f"127.0.0.1:{grpc_port}")
+        finally:
+            zeroserve.stop()

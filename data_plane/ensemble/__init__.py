@@ -5,8 +5,10 @@ checks live in :mod:`foundation.ensemble_config`): planning its load (`plan`), l
 its composing models first and checking it against them (`loader`, `binding`), keeping
 it in and out of service with the models it uses (`dependencies`), and running each
 request through its steps as a graph, every step an ordinary infer request on its
-composing model (`scheduler`). An ensemble version has no engine; `runtime` stands in
-for one.
+composing model (`scheduler`, with `step`); an ensemble with a decoupled step is
+decoupled itself, and each response of that step runs the steps after it again and goes
+out as a response of the ensemble (`streaming`). An ensemble version has no engine;
+`runtime` stands in for one.
 """
 
 from __future__ import annotations

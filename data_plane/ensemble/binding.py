@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from data_plane.ensemble.scheduler import BoundStep
+from data_plane.ensemble.step import BoundStep
 from data_plane.protocol import RequestedOutput
 from foundation.ensemble_config import EnsembleStep, steps_of
 from foundation.proto.model_config_pb2 import DataType, ModelConfig
@@ -61,11 +61,6 @@ def bind_steps(config: ModelConfig, composing: ConfigLookup) -> list[BoundStep]:
                 f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it "
                 f"contains model {step.model} which only allows maximum batch size to be {limit}"
             )
-        if model_config.model_transaction_policy.decoupled:
-            raise EnsembleBindingError(
-                f"in ensemble {name}, step of model '{step.model}' is decoupled: decoupled "
-                "models are not supported in ensembles by zeroserve yet"
-            )
         _bind_inputs(name, step, model_config, tensors)
         _bind_outputs(name, step, model_config, tensors)
         bound.append(
@@ -76,9 +71,52 @@ def bind_steps(config: ModelConfig, composing: ConfigLookup) -> list[BoundStep]:
                 inputs=step.inputs,
                 outputs=step.outputs,
                 requested=tuple(RequestedOutput(output) for output, _ in step.outputs),
+                is_decoupled=model_config.model_transaction_policy.decoupled,
             )
         )
     return bound
+
+
+def is_decoupled(config: ModelConfig, steps: Sequence[BoundStep]) -> bool:
+    """Whether the ensemble ``config`` (its data flow checked, its ``steps`` bound) is
+    decoupled, as Triton decides: when any step is. Each tensor descends from the last
+    decoupled step before it (or from none); a step's inputs, and the ensemble's outputs,
+    must all descend from the same one, since each response of a decoupled step is a
+    separate run of what follows it. Raises EnsembleBindingError with Triton's text."""
+    name = config.name
+    outputs = {tensor.name for tensor in config.output}
+    origin: dict[str, int] = {tensor.name: 0 for tensor in config.input}
+    """Ensemble tensor -> the decoupled step it descends from (0: none; else its rank)."""
+    decoupled_count = 0
+    pending = list(steps)
+    while pending:
+        runnable = [s for s in pending if all(t in origin for _, t in s.inputs)]
+        if not runnable:
+            return decoupled_count > 0  # unreachable steps: refused by the flow checks
+        for step in runnable:
+            pending.remove(step)
+            sources = {origin[tensor] for _, tensor in step.inputs}
+            if len(sources) > 1:
+                # Triton names the model that declared the tensor first: the ensemble
+                # for its own outputs.
+                owner = name if any(t in outputs for _, t in step.outputs) else step.model
+                raise EnsembleBindingError(_mixed_origins(name, owner))
+            label = min(sources, default=0)
+            if step.is_decoupled:
+                decoupled_count += 1
+                label = decoupled_count
+            for _, tensor in step.outputs:
+                origin[tensor] = label
+    if len({origin.get(tensor, 0) for tensor in outputs}) > 1:
+        raise EnsembleBindingError(_mixed_origins(name, name))
+    return decoupled_count > 0
+
+
+def _mixed_origins(ensemble: str, model: str) -> str:
+    return (
+        f"in ensemble {ensemble}, step of model '{model}' receives inputs originated from "
+        "different decoupled models"
+    )
 
 
 def _bind_inputs(

@@ -17,11 +17,12 @@ import time
 from typing import Protocol
 
 from data_plane.batcher import Batcher, BatchPolicy
-from data_plane.ensemble.binding import EnsembleBindingError, bind_steps
+from data_plane.ensemble.binding import EnsembleBindingError, bind_steps, is_decoupled
 from data_plane.ensemble.dependencies import Dependencies, EnsembleCycleError
 from data_plane.ensemble.plan import EnsemblePlan
 from data_plane.ensemble.runtime import EnsembleRuntime
-from data_plane.ensemble.scheduler import Ensemble, ModelLookup
+from data_plane.ensemble.scheduler import Ensemble
+from data_plane.ensemble.step import ModelLookup
 from data_plane.errors import ModelLoadError, ZeroserveError
 from data_plane.instances import Instances
 from data_plane.model_version import LoadedVersion, TensorSpec
@@ -79,12 +80,17 @@ class EnsembleLoader:
                     )
             try:
                 steps = bind_steps(plan.config, self._config_of)
+                decoupled = is_decoupled(plan.config, steps)
             except EnsembleBindingError as exc:
                 raise _load_error(name, str(exc)) from exc
         except BaseException:
             self.dependencies.restore(name, previous)
             raise
-        return dataclasses.replace(plan, steps=tuple(steps))
+        config = ModelConfig()
+        config.CopyFrom(plan.config)
+        # Triton sets the policy from the steps, whatever the config said.
+        config.model_transaction_policy.decoupled = decoupled
+        return dataclasses.replace(plan, config=config, steps=tuple(steps))
 
     async def build(self, version: int, plan: EnsemblePlan) -> LoadedVersion:
         """Version ``version`` of a prepared ensemble, serving."""

@@ -7,7 +7,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from data_plane.ensemble.scheduler import BoundStep
+from data_plane.ensemble.step import BoundStep
 from data_plane.errors import ModelPollError
 from data_plane.storage import CachedModel
 from foundation import ensemble_config, model_config

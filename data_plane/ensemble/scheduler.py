@@ -16,55 +16,23 @@ are cancelled.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from collections.abc import AsyncGenerator, Mapping, Sequence
 
 import numpy as np
 
+from data_plane.ensemble.step import BoundStep, ModelLookup, in_ensemble, step_request
+from data_plane.ensemble.streaming import Graph, StepRunners, StreamedRun
 from data_plane.errors import InternalError, ZeroserveError
-from data_plane.model_version import LoadedVersion, RunStep
-from data_plane.protocol import InferInput, InferRequest, OutputTensor, RequestedOutput
+from data_plane.model_version import OpenStep, RunStep
+from data_plane.protocol import InferRequest, OutputTensor
 from data_plane.stats import ComputeTimes
+from runtimes.model_request import StreamedResponse
+
+__all__ = ["BoundStep", "Ensemble", "ModelLookup", "in_ensemble"]
 
 logger = logging.getLogger(__name__)
-
-ErrorT = TypeVar("ErrorT", bound=ZeroserveError)
-
-
-class ModelLookup(Protocol):
-    """The serving version of a composing model (``None``: the latest), or the
-    repository's error for it."""
-
-    def __call__(self, name: str, version: int | None = None, /) -> LoadedVersion: ...
-
-
-@dataclass(frozen=True, slots=True)
-class BoundStep:
-    """A step checked against its composing model, ready to run."""
-
-    index: int
-    model: str
-    version: int | None
-    """None: the composing model's latest serving version, looked up per request."""
-    inputs: tuple[tuple[str, str], ...]
-    """``(model input, ensemble tensor)``."""
-    outputs: tuple[tuple[str, str], ...]
-    """``(model output, ensemble tensor)``."""
-    requested: tuple[RequestedOutput, ...]
-    """The model outputs the step asks for: those the ensemble maps."""
-
-
-def in_ensemble(name: str, error: ErrorT) -> ErrorT:
-    """``error`` as the ensemble ``name`` reports it: Triton's prefix on the message, the
-    same class and fields (so the same status on every transport)."""
-    kind = type(error)
-    wrapped = kind.__new__(kind)
-    wrapped.__dict__.update(error.__dict__)
-    wrapped.message = f"in ensemble '{name}', {error.message}"
-    wrapped.args = (wrapped.message,)
-    return wrapped
 
 
 class Ensemble:
@@ -101,6 +69,7 @@ class Ensemble:
         )
         """Per step, how many tensors it reads that steps write (not ensemble inputs)."""
         self._first = tuple(step for step in self.steps if self._needs[step.index] == 0)
+        self._graph = Graph(name, self.steps, self._readers, self._input_datatypes, lookup)
         self._running = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -137,6 +106,33 @@ class Ensemble:
             return await self._run(inputs, request, run_step, times)
         except ZeroserveError as exc:
             raise in_ensemble(self.name, exc) from exc
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+
+    async def stream(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        request: InferRequest,
+        run_step: RunStep,
+        open_step: OpenStep,
+        times: ComputeTimes,
+    ) -> AsyncGenerator[StreamedResponse, None]:
+        """The responses of a decoupled ensemble (:mod:`data_plane.ensemble.streaming`)
+        to ``request``, the last one final; errors come as final responses carrying
+        them, as the ensemble reports them."""
+        requested = (
+            self._outputs if request.outputs is None else tuple(o.name for o in request.outputs)
+        )
+        run = StreamedRun(self._graph, request, requested, StepRunners(run_step, open_step, times))
+        self._running += 1
+        self._idle.clear()
+        try:
+            responses = run.responses(inputs)
+            async with contextlib.aclosing(responses):
+                async for response in responses:
+                    yield response
         finally:
             self._running -= 1
             if not self._running:
@@ -189,25 +185,14 @@ class Ensemble:
         times: ComputeTimes,
     ) -> list[OutputTensor]:
         model = self._lookup(step.model, step.version)
-        step_inputs = []
+        given = []
         for model_input, tensor in step.inputs:
             entry = tensors.get(tensor)
             if entry is None:
                 continue  # an optional ensemble input the request left out
-            datatype, array = entry
-            step_inputs.append(InferInput(model_input, datatype, array.shape, array))
-        # The ensemble request's id, parameters, priority and timeout go to every step,
-        # as Triton passes them.
-        step_request = InferRequest(
-            id=request.id,
-            inputs=step_inputs,
-            outputs=list(step.requested),
-            parameters=request.parameters,
-            binary_data_output=False,
-            priority=request.priority,
-            timeout_us=request.timeout_us,
-        )
-        return await run_step(model, step_request, times)
+            given.append((model_input, *entry))
+        sent = step_request(step, given, request)
+        return await run_step(model, sent, times)
 
     def _publish(
         self,

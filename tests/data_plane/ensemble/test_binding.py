@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from data_plane.ensemble.binding import EnsembleBindingError, bind_steps
+from data_plane.ensemble.binding import EnsembleBindingError, bind_steps, is_decoupled
 from foundation.proto import model_config_pb2 as mc
 from tests.data_plane.ensemble.ensembles import ensemble_config, step
 from tests.models import make_config
@@ -110,15 +110,118 @@ def test_triton_refuses_these_ensembles_with_these_texts(config: mc.ModelConfig,
     assert str(refused.value) == text
 
 
-def test_a_decoupled_step_is_refused_until_zeroserve_streams_through_ensembles():
-    decoupled = mc.ModelConfig()
-    decoupled.CopyFrom(COMPOSING["scale"])
-    decoupled.model_transaction_policy.decoupled = True
+def _decoupled(name: str) -> mc.ModelConfig:
+    config = mc.ModelConfig()
+    config.CopyFrom(COMPOSING[name])
+    config.name = f"{name}_stream"
+    config.model_transaction_policy.decoupled = True
+    return config
 
-    with pytest.raises(EnsembleBindingError, match="step of model 'scale' is decoupled"):
-        bind_steps(
-            one_step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}), lambda name, v: decoupled
-        )
+
+COMPOSING["scale_stream"] = _decoupled("scale")
+COMPOSING["add_sub_stream"] = _decoupled("add_sub")
+
+SCALE_IN_OUT = [("IN", F, [4])], [("OUT", F, [4])]
+
+
+@pytest.mark.parametrize(
+    ("steps", "outputs", "decoupled"),
+    [
+        pytest.param(
+            [
+                step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+                step("scale", {"INPUT0": "a"}, {"OUTPUT0": "OUT"}),
+            ],
+            [("OUT", F, [4])],
+            False,
+            id="no-decoupled-step",
+        ),
+        pytest.param(
+            [
+                step("scale_stream", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+                step("scale", {"INPUT0": "a"}, {"OUTPUT0": "OUT"}),
+            ],
+            [("OUT", F, [4])],
+            True,
+            id="decoupled-then-plain",
+        ),
+        pytest.param(
+            [
+                step("scale_stream", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+                step("scale_stream", {"INPUT0": "a"}, {"OUTPUT0": "OUT"}),
+            ],
+            [("OUT", F, [4])],
+            True,
+            id="two-decoupled-in-a-chain",
+        ),
+        pytest.param(
+            [
+                step(
+                    "add_sub_stream",
+                    {"INPUT0": "IN", "INPUT1": "IN"},
+                    {"OUTPUT0": "a", "OUTPUT1": "b"},
+                ),
+                step("add_sub", {"INPUT0": "a", "INPUT1": "b"}, {"OUTPUT0": "OUT", "OUTPUT1": "D"}),
+            ],
+            [("OUT", F, [4]), ("D", F, [4])],
+            True,
+            id="sibling-outputs-join",
+        ),
+    ],
+)
+def test_an_ensemble_is_decoupled_when_a_step_is(steps, outputs, decoupled: bool):
+    config = ensemble_config("e", steps, [("IN", F, [4])], outputs)
+
+    assert is_decoupled(config, bind_steps(config, composing)) is decoupled
+
+
+@pytest.mark.parametrize(
+    ("steps", "outputs", "model"),
+    [
+        pytest.param(
+            [
+                step("scale_stream", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+                step(
+                    "add_sub", {"INPUT0": "a", "INPUT1": "IN"}, {"OUTPUT0": "OUT", "OUTPUT1": "D"}
+                ),
+            ],
+            [("OUT", F, [4]), ("D", F, [4])],
+            "e",
+            id="a-step-reads-a-decoupled-and-a-plain-tensor",
+        ),
+        pytest.param(
+            [
+                step("scale_stream", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+                step("scale_stream", {"INPUT0": "IN"}, {"OUTPUT0": "b"}),
+                step("add_sub", {"INPUT0": "a", "INPUT1": "b"}, {"OUTPUT0": "c", "OUTPUT1": "x"}),
+                step("scale", {"INPUT0": "c"}, {"OUTPUT0": "OUT"}),
+            ],
+            [("OUT", F, [4])],
+            "add_sub",
+            id="a-step-reads-two-decoupled-steps",
+        ),
+        pytest.param(
+            [
+                step("scale_stream", {"INPUT0": "IN"}, {"OUTPUT0": "OA"}),
+                step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OB"}),
+            ],
+            [("OA", F, [4]), ("OB", F, [4])],
+            "e",
+            id="outputs-from-a-decoupled-and-a-plain-branch",
+        ),
+    ],
+)
+def test_mixing_decoupled_origins_is_refused_with_tritons_text(steps, outputs, model: str):
+    """The last case is Triton 2.51's answer to the differential test's ``ens_dag``."""
+    config = ensemble_config("e", steps, [("IN", F, [4])], outputs)
+
+    with pytest.raises(EnsembleBindingError) as refused:
+        is_decoupled(config, bind_steps(config, composing))
+
+    assert str(refused.value) == (
+        f"in ensemble e, step of model '{model}' receives inputs originated from different "
+        "decoupled models"
+    )
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,7 @@ Known and intended differences, not compared:
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -39,46 +37,19 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from tests.data_plane.ensemble.triton_repository import BAD, STARTUP, write_repository
-from tests.integration.conftest import ServerProcess, start_server
-from tests.triton_oracle import TritonServer, triton_for
+from tests.triton_oracle import ServerPair, explicit_pair
 
 pytestmark = pytest.mark.integration
 
 
-@dataclass(frozen=True)
-class Servers:
-    triton: TritonServer
-    zeroserve: ServerProcess
-    zeroserve_grpc: str
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+Servers = ServerPair
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     repo = write_repository(tmp_path_factory.mktemp("repo"))
-    loads = [f"--load-model={name}" for name in STARTUP]
-    with triton_for(
-        repo, tmp_path_factory.mktemp("triton-log"), "--model-control-mode=explicit", *loads
-    ) as triton:
-        grpc_port = _free_port()
-        zeroserve = start_server(
-            repo,
-            tmp_path_factory.mktemp("zeroserve-log"),
-            "--grpc-port",
-            str(grpc_port),
-            "--model-control-mode",
-            "explicit",
-            *(arg for name in STARTUP for arg in ("--load-model", name)),
-        )
-        try:
-            yield Servers(triton, zeroserve, f"127.0.0.1:{grpc_port}")
-        finally:
-            zeroserve.stop()
+    with explicit_pair(repo, tmp_path_factory, STARTUP) as pair:
+        yield pair
 
 
 def _post(base: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:

@@ -27,7 +27,14 @@ WAIT_S = 10.0
 test by timing out here instead of hanging."""
 
 
-def bound(index: int, model: str, inputs: dict[str, str], outputs: dict[str, str]) -> BoundStep:
+def bound(
+    index: int,
+    model: str,
+    inputs: dict[str, str],
+    outputs: dict[str, str],
+    *,
+    is_decoupled: bool = False,
+) -> BoundStep:
     return BoundStep(
         index=index,
         model=model,
@@ -35,6 +42,7 @@ def bound(index: int, model: str, inputs: dict[str, str], outputs: dict[str, str
         inputs=tuple(inputs.items()),
         outputs=tuple(outputs.items()),
         requested=tuple(RequestedOutput(name) for name in outputs),
+        is_decoupled=is_decoupled,
     )
 
 

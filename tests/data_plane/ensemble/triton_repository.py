@@ -121,21 +121,25 @@ PYTHON_MODELS: dict[str, tuple[str, str]] = {
 }
 
 
-def _step(
+def step_text(
     model: str, inputs: Mapping[str, str], outputs: Mapping[str, str], version: int = -1
 ) -> str:
+    """A ``step`` of ``ensemble_scheduling``: ``inputs`` and ``outputs`` map the model's
+    tensors (keys) to ensemble tensors."""
     maps = [f'input_map {{ key: "{k}" value: "{v}" }}' for k, v in inputs.items()]
     maps += [f'output_map {{ key: "{k}" value: "{v}" }}' for k, v in outputs.items()]
     return f'step {{ model_name: "{model}" model_version: {version} {" ".join(maps)} }}'
 
 
-def _ensemble(
+def ensemble_text(
     steps: list[str],
     inputs: list[tuple[str, str, str]],
     outputs: list[tuple[str, str, str]],
     *,
     max_batch_size: int = 8,
 ) -> str:
+    """An ensemble's config without its name; tensors as ``(name, TYPE_*, dims)``."""
+
     def tensors(items: list[tuple[str, str, str]]) -> str:
         return ", ".join(f'{{ name: "{n}" data_type: {t} dims: [{d}] }}' for n, t, d in items)
 
@@ -149,11 +153,11 @@ def _ensemble(
 F = "TYPE_FP32"
 IN = [("IN", F, "4")]
 OUT = [("OUT", F, "4")]
-PIPE = _ensemble(
+PIPE = ensemble_text(
     [
-        _step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
-        _step("add_sub", {"INPUT0": "a", "INPUT1": "IN"}, {"OUTPUT0": "s", "OUTPUT1": "D"}),
-        _step("scale3", {"INPUT0": "s"}, {"OUTPUT0": "OUT"}),
+        step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+        step_text("add_sub", {"INPUT0": "a", "INPUT1": "IN"}, {"OUTPUT0": "s", "OUTPUT1": "D"}),
+        step_text("scale3", {"INPUT0": "s"}, {"OUTPUT0": "OUT"}),
     ],
     IN,
     [("OUT", F, "4"), ("D", F, "4")],
@@ -162,47 +166,49 @@ PIPE = _ensemble(
 ENSEMBLES: dict[str, str] = {
     "pipe": PIPE,
     "counted": PIPE,
-    "dag": _ensemble(
+    "dag": ensemble_text(
         [
-            _step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
-            _step("scale3", {"INPUT0": "IN"}, {"OUTPUT0": "b"}),
-            _step(
+            step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+            step_text("scale3", {"INPUT0": "IN"}, {"OUTPUT0": "b"}),
+            step_text(
                 "add_sub", {"INPUT0": "a", "INPUT1": "b"}, {"OUTPUT0": "OUT0", "OUTPUT1": "OUT1"}
             ),
         ],
         IN,
         [("OUT0", F, "4"), ("OUT1", F, "4")],
     ),
-    "nested": _ensemble(
+    "nested": ensemble_text(
         [
-            _step("pipe", {"IN": "X"}, {"OUT": "y", "D": "Z2"}),
-            _step("scale", {"INPUT0": "y"}, {"OUTPUT0": "Z"}),
+            step_text("pipe", {"IN": "X"}, {"OUT": "y", "D": "Z2"}),
+            step_text("scale", {"INPUT0": "y"}, {"OUTPUT0": "Z"}),
         ],
         [("X", F, "4")],
         [("Z", F, "4"), ("Z2", F, "4")],
     ),
-    "failing": _ensemble(
+    "failing": ensemble_text(
         [
-            _step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
-            _step("fail", {"INPUT0": "a"}, {"OUTPUT0": "OUT"}),
+            step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+            step_text("fail", {"INPUT0": "a"}, {"OUTPUT0": "OUT"}),
         ],
         IN,
         OUT,
     ),
-    "raising": _ensemble([_step("raise", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT),
-    "nestfail": _ensemble(
-        [_step("failing", {"IN": "X"}, {"OUT": "Z"})], [("X", F, "4")], [("Z", F, "4")]
+    "raising": ensemble_text([step_text("raise", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT),
+    "nestfail": ensemble_text(
+        [step_text("failing", {"IN": "X"}, {"OUT": "Z"})], [("X", F, "4")], [("Z", F, "4")]
     ),
-    "ens_failarg": _ensemble([_step("failarg", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT),
-    "versioned": _ensemble(
+    "ens_failarg": ensemble_text(
+        [step_text("failarg", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT
+    ),
+    "versioned": ensemble_text(
         [
-            _step("scalev", {"INPUT0": "IN"}, {"OUTPUT0": "a"}, version=1),
-            _step("scalev", {"INPUT0": "a"}, {"OUTPUT0": "OUT"}, version=2),
+            step_text("scalev", {"INPUT0": "IN"}, {"OUTPUT0": "a"}, version=1),
+            step_text("scalev", {"INPUT0": "a"}, {"OUTPUT0": "OUT"}, version=2),
         ],
         IN,
         OUT,
     ),
-    "ens_flat": _ensemble([_step("flat", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT),
+    "ens_flat": ensemble_text([step_text("flat", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT),
 }
 
 STARTUP = sorted(ENSEMBLES)
@@ -210,52 +216,60 @@ STARTUP = sorted(ENSEMBLES)
 
 BAD: dict[str, str] = {
     # Refused once the composing models are known: Triton answers 400 with its reason.
-    "bad_missing_model": _ensemble(
-        [_step("nosuch", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT
+    "bad_missing_model": ensemble_text(
+        [step_text("nosuch", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT
     ),
-    "bad_missing_version": _ensemble(
-        [_step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}, version=7)], IN, OUT
+    "bad_missing_version": ensemble_text(
+        [step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}, version=7)], IN, OUT
     ),
-    "bad_misnamed_input": _ensemble([_step("scale", {"WRONG": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT),
-    "bad_misnamed_output": _ensemble([_step("scale", {"INPUT0": "IN"}, {"WRONG": "OUT"})], IN, OUT),
-    "bad_step_input_unmapped": _ensemble(
-        [_step("add_sub", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT
+    "bad_misnamed_input": ensemble_text(
+        [step_text("scale", {"WRONG": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT
     ),
-    "bad_dtype": _ensemble(
-        [_step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], [("IN", "TYPE_INT32", "4")], OUT
+    "bad_misnamed_output": ensemble_text(
+        [step_text("scale", {"INPUT0": "IN"}, {"WRONG": "OUT"})], IN, OUT
     ),
-    "bad_shape": _ensemble(
-        [_step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, [("OUT", F, "3")]
+    "bad_step_input_unmapped": ensemble_text(
+        [step_text("add_sub", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT
     ),
-    "bad_batch": _ensemble(
-        [_step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT, max_batch_size=16
+    "bad_dtype": ensemble_text(
+        [step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], [("IN", "TYPE_INT32", "4")], OUT
     ),
-    "bad_self_ref": _ensemble([_step("bad_self_ref", {"IN": "IN"}, {"OUT": "OUT"})], IN, OUT),
-    "cyc_a": _ensemble([_step("cyc_b", {"IN": "IN"}, {"OUT": "OUT"})], IN, OUT),
-    "cyc_b": _ensemble([_step("cyc_a", {"IN": "IN"}, {"OUT": "OUT"})], IN, OUT),
+    "bad_shape": ensemble_text(
+        [step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, [("OUT", F, "3")]
+    ),
+    "bad_batch": ensemble_text(
+        [step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, OUT, max_batch_size=16
+    ),
+    "bad_self_ref": ensemble_text(
+        [step_text("bad_self_ref", {"IN": "IN"}, {"OUT": "OUT"})], IN, OUT
+    ),
+    "cyc_a": ensemble_text([step_text("cyc_b", {"IN": "IN"}, {"OUT": "OUT"})], IN, OUT),
+    "cyc_b": ensemble_text([step_text("cyc_a", {"IN": "IN"}, {"OUT": "OUT"})], IN, OUT),
     # Refused from the config alone: Triton only logs the reason.
-    "poll_cycle": _ensemble(
+    "poll_cycle": ensemble_text(
         [
-            _step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
-            _step("add_sub", {"INPUT0": "a", "INPUT1": "c"}, {"OUTPUT0": "b", "OUTPUT1": "OUT"}),
-            _step("scale3", {"INPUT0": "b"}, {"OUTPUT0": "c"}),
+            step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "a"}),
+            step_text(
+                "add_sub", {"INPUT0": "a", "INPUT1": "c"}, {"OUTPUT0": "b", "OUTPUT1": "OUT"}
+            ),
+            step_text("scale3", {"INPUT0": "b"}, {"OUTPUT0": "c"}),
         ],
         IN,
         OUT,
     ),
-    "poll_unmapped": _ensemble(
-        [_step("scale", {"INPUT0": "nowhere"}, {"OUTPUT0": "OUT"})], IN, OUT
+    "poll_unmapped": ensemble_text(
+        [step_text("scale", {"INPUT0": "nowhere"}, {"OUTPUT0": "OUT"})], IN, OUT
     ),
-    "poll_unused_input": _ensemble(
-        [_step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], [*IN, ("EXTRA", F, "4")], OUT
+    "poll_unused_input": ensemble_text(
+        [step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], [*IN, ("EXTRA", F, "4")], OUT
     ),
-    "poll_unwritten_output": _ensemble(
-        [_step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, [*OUT, ("OUT2", F, "4")]
+    "poll_unwritten_output": ensemble_text(
+        [step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"})], IN, [*OUT, ("OUT2", F, "4")]
     ),
-    "poll_written_twice": _ensemble(
+    "poll_written_twice": ensemble_text(
         [
-            _step("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}),
-            _step("scale3", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}),
+            step_text("scale", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}),
+            step_text("scale3", {"INPUT0": "IN"}, {"OUTPUT0": "OUT"}),
         ],
         IN,
         OUT,
