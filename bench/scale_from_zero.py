@@ -1,12 +1,18 @@
 """Scale-from-zero benchmark: time to the first response of a model with no replica.
 
 The demo model (``data_plane.demo``, a 4->16->3 ONNX MLP) lives in an S3 bucket served by a
-loopback ``moto_server``. One request goes to the activator of a ``zeroserve up`` platform
-while the model has no replica, and the client times it to its answer's last byte (verified
-against ONNX Runtime). Cases:
+loopback ``moto_server``, and in a local folder. One request goes to the activator of a
+``zeroserve up`` platform while the model has no replica, and the client times it to its
+answer's last byte (verified against ONNX Runtime). Cases:
 
-* ``cold`` — no worker at all (``--warm-workers 0``): a worker process starts, then loads the
-  model from the node cache (hit);
+* ``cold_local`` — no worker at all (``--warm-workers 0``): a worker is forked from the
+  platform's worker template (``data_plane.template``, which has imported the data plane),
+  then loads the model from a local folder, read in place;
+* ``cold_local_spawn`` — the same on a platform with the template off
+  (``ZEROSERVE_CONTROL_PLANE_WORKER_TEMPLATE=false``): a new ``python -m data_plane``
+  process starts, imports included;
+* ``cold`` and ``cold_spawn`` — the same two, the model coming from the S3 bucket through
+  the node cache (hit);
 * ``warm_hit_fresh`` — an empty warm worker is waiting (``--warm-workers 1``), one that has
   never loaded a model (a new platform per run), and the node cache holds the model;
 * ``warm_hit`` — the same, but the warm worker has served models before (the steady state of
@@ -20,14 +26,21 @@ against ONNX Runtime). Cases:
 Pools have ``--max-workers 1``, so the warm worker is the one that serves and no replacement
 warm worker starts up beside it during a run. The first activation (a cold start with a
 cache miss, to fill the cache) is recorded but not counted. Between runs the model goes back
-to zero through the admin API's unload, and the pool to its warm workers only (stopped worker
-processes exited). Each run's cold-start timeline is read from
-``GET /admin/v1/models/{name}/activations``: worker start, fetch, engine build, and the rest
-of the time to the answer (queueing before the activation, the activator seeing the
-placement, the proxied request itself). Medians per case. Target: both warm hits <= 300 ms.
-Results go to ``bench/results/<UTC time>-<tag>-scale_from_zero.json``.
+to zero through the admin API's unload, and the pool to its warm workers only (stopped
+worker processes exited). The two cold platforms are up together and take turns, in the
+other order each repeat, so that forked and spawned starts meet the same machine. Each run's
+cold-start timeline is read from ``GET /admin/v1/models/{name}/activations``: worker start,
+fetch, engine build, and the rest of the time to the answer (queueing before the activation,
+the activator seeing the placement, the proxied request itself); a started worker's boot
+(its process existing to its first liveness answer) and, since the machine is shared, the
+CPU seconds the serving worker had used by its answer, the platform's CPU over the request
+and the load average. Last, what a worker that is not forked pays first (the pod side: a
+pod's container starts a new interpreter): a new interpreter's imports of the data plane,
+of what the template preloads, and of torch, wall and CPU. Medians per case. Targets: both
+warm hits, and a cold start from a local folder, <= 300 ms. Results go to
+``bench/results/<UTC time>-<tag>-scale_from_zero.json``.
 
-    python bench/scale_from_zero.py               # about 2.5 minutes
+    python bench/scale_from_zero.py               # about 3.5 minutes
     python bench/scale_from_zero.py --quick       # smoke run, one run per case
     python bench/scale_from_zero.py --repeats 2   # smoke run
 """
@@ -35,9 +48,13 @@ Results go to ``bench/results/<UTC time>-<tag>-scale_from_zero.json``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import re
+import resource
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,18 +70,33 @@ import numpy as np
 from bench import engine as engine_module, machine, models, report
 from bench.moto_server import CREDENTIALS, REGION, MotoServer, start_moto
 from bench.platform_process import FAST_RESET_ENV, PlatformProcess, is_alive
-from bench.server import REPO_ROOT, infer_once
+from bench.server import REPO_ROOT, children_by_parent, infer_once, process_cpu_seconds
 from data_plane.demo import DEMO_MODEL, DEMO_WIDTHS, write_demo_repository
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 BUCKET: Final = "models"
 COLD: Final = "cold"
+COLD_SPAWN: Final = "cold_spawn"
+COLD_LOCAL: Final = "cold_local"
+COLD_LOCAL_SPAWN: Final = "cold_local_spawn"
 WARM_FRESH: Final = "warm_hit_fresh"
 WARM_HIT: Final = "warm_hit"
 WARM_MISS: Final = "warm_miss"
 WARM_LOCAL: Final = "warm_local"
-CASES: Final = (COLD, WARM_FRESH, WARM_HIT, WARM_MISS, WARM_LOCAL)
+CASES: Final = (
+    COLD_LOCAL,
+    COLD_LOCAL_SPAWN,
+    COLD,
+    COLD_SPAWN,
+    WARM_FRESH,
+    WARM_HIT,
+    WARM_MISS,
+    WARM_LOCAL,
+)
 TARGET_WARM_HIT_S: Final = 0.300
+TARGET_COLD_LOCAL_S: Final = 0.300
+TEMPLATE_OFF_ENV: Final = {"ZEROSERVE_CONTROL_PLANE_WORKER_TEMPLATE": "false"}
+_TEMPLATE_MODULE: Final = b"data_plane.template"
 _SPEC: Final = models.MlpSpec(DEMO_MODEL, DEMO_WIDTHS)
 _BASE_URI: Final = f"s3://{BUCKET}/base/{DEMO_MODEL}"
 _ENGINE_LOG: Final = re.compile(r"engine cache (hit|miss|off)")
@@ -108,8 +140,12 @@ class _Bench:
     noise_cores: float = 0.0
     """Busy CPU (cores) of the machine while the last run settled: other processes."""
     commands: dict[str, Any] = field(default_factory=dict)
+    templates: dict[str, Any] = field(default_factory=dict)
+    """platform name -> its worker template's pid and CPU seconds (its imports, mostly)."""
 
-    def platform(self, name: str, warm_workers: int) -> PlatformProcess:
+    def platform(
+        self, name: str, warm_workers: int, env: dict[str, str] | None = None
+    ) -> PlatformProcess:
         platform = PlatformProcess(
             self.workdir,
             cache_dir=self.workdir / "cache",
@@ -125,6 +161,7 @@ class _Bench:
                 "AWS_SECRET_ACCESS_KEY": CREDENTIALS["aws_secret_access_key"],
                 "AWS_DEFAULT_REGION": REGION,
                 **FAST_RESET_ENV,
+                **(env or {}),
             },
             name=name,
         )
@@ -160,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             _cold_phase(bench, args.repeats)
             _fresh_phase(bench, args.repeats)
             _warm_phase(bench, args.repeats)
+            imports = _import_costs(args.repeats)
         finally:
             moto.stop()
     summary = {case: _summary(bench.runs.get(case, [])) for case in (*CASES, "priming")}
@@ -174,7 +212,20 @@ def main(argv: list[str] | None = None) -> int:
         for case, what in ((WARM_HIT, "a used"), (WARM_FRESH, "a never-used"))
         if bench.runs.get(case)
     ]
+    if bench.runs.get(COLD_LOCAL):
+        targets.insert(
+            0,
+            report.Target(
+                f"{COLD_LOCAL}_ttfr",
+                "demo model in a local folder, no worker (forked from the template): time "
+                "to first response <= 300 ms",
+                summary[COLD_LOCAL]["ttfr_s"],
+                TARGET_COLD_LOCAL_S,
+                is_max=True,
+            ),
+        )
     print(_table(summary))
+    print(_imports_table(imports))
     print(report.targets_text(targets))
     document: dict[str, Any] = {
         "benchmark": "scale_from_zero",
@@ -189,15 +240,20 @@ def main(argv: list[str] | None = None) -> int:
             "storage": "moto_server on loopback (s3://models/...), or a local folder",
             "repeats": args.repeats,
             "settle_s": args.settle,
-            "order": "cold runs on a platform without warm workers; warm_hit_fresh on a new "
-            "platform each (one warm worker); then warm_miss, warm_hit, warm_local in turn on "
-            "one platform with one warm worker (max_workers 1 everywhere)",
+            "order": "cold runs on two platforms without warm workers, up together, one "
+            "forking workers from its template and one spawning them (worker_template off), "
+            "taking turns in the other order each repeat, each running a local-folder then an "
+            "S3 start; warm_hit_fresh on a new platform each (one warm worker); then "
+            "warm_miss, warm_hit, warm_local in turn on one platform with one warm worker "
+            "(max_workers 1 everywhere)",
             "reset": "POST /admin/v1/models/{name}/unload; cold: also wait for the worker "
             "process to exit",
             "fast_reset_env": FAST_RESET_ENV,
             "commands": bench.commands,
         },
         "summary": summary,
+        "imports": imports,
+        "templates": bench.templates,
         "runs": bench.runs,
         "targets": [asdict(t) | {"passed": t.passed} for t in targets],
     }
@@ -218,15 +274,31 @@ def _upload(s3: Any, model_dir: Path, prefix: str) -> str:
 
 
 def _cold_phase(bench: _Bench, repeats: int) -> None:
-    """No warm worker: every run starts a worker process (the cache holds the model)."""
-    with bench.platform("platform-cold", warm_workers=0) as platform:
-        platform.register(DEMO_MODEL, _BASE_URI, {"min_replicas": 0, "max_replicas": 1})
-        _timed(bench, platform, "priming")
+    """No warm worker: every run starts a worker process, forked on one platform and
+    spawned on the other (the cache holds the model)."""
+    with (
+        bench.platform("platform-cold", warm_workers=0) as forking,
+        bench.platform("platform-cold-spawn", warm_workers=0, env=TEMPLATE_OFF_ENV) as spawning,
+    ):
+        for platform in (forking, spawning):
+            platform.register(DEMO_MODEL, _BASE_URI, {"min_replicas": 0, "max_replicas": 1})
+            _timed(bench, platform, "priming")
+        turns = ((forking, COLD_LOCAL, COLD), (spawning, COLD_LOCAL_SPAWN, COLD_SPAWN))
         for repeat in range(repeats):
-            _to_zero(platform, warm_workers=0)
-            _settle(bench)
-            _timed(bench, platform, COLD)
-            _progress(bench, COLD, repeat, repeats)
+            for platform, local_case, s3_case in turns if repeat % 2 == 0 else turns[::-1]:
+                for case, storage_uri in ((local_case, str(bench.local_dir)), (s3_case, _BASE_URI)):
+                    _to_zero(platform, warm_workers=0)
+                    _set_storage(platform, storage_uri)
+                    _settle(bench)
+                    _timed(bench, platform, case)
+                    _progress(bench, case, repeat, repeats)
+        for name, platform in (("platform-cold", forking), ("platform-cold-spawn", spawning)):
+            template = _template_pid(platform)
+            bench.templates[name] = (
+                {"pid": template, "cpu_s": process_cpu_seconds(template)}
+                if template is not None
+                else None
+            )
 
 
 def _fresh_phase(bench: _Bench, repeats: int) -> None:
@@ -262,6 +334,73 @@ def _warm_phase(bench: _Bench, repeats: int) -> None:
                 _settle(bench)
                 _timed(bench, platform, case)
                 _progress(bench, case, repeat, repeats)
+
+
+def _template_pid(platform: PlatformProcess) -> int | None:
+    """The platform's worker template: its child running ``python -m data_plane.template``."""
+    for pid in children_by_parent().get(platform.pid, ()):
+        try:
+            if _TEMPLATE_MODULE in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def _worker_processes(platform: PlatformProcess) -> set[int]:
+    """The platform's live worker processes, starting ones included (the admin API lists a
+    worker only once it answers): its children but the template, and the template's."""
+    template = _template_pid(platform)
+    pids = platform.worker_pids() - {template}
+    if template is not None:
+        pids |= {p for p in children_by_parent().get(template, ()) if is_alive(p)}
+    return pids
+
+
+_IMPORTS: Final = {
+    "interpreter": "pass",
+    "data_plane": "import data_plane.server",
+    "template_preload": "from data_plane.template.preload import preload; preload()",
+    "torch": "import torch",
+}
+"""What a worker process pays before serving, when it does not come from the template: the
+interpreter's start, the data plane's imports, what the template imports (the data plane
+and what its start-up imports lazily), and torch (a CUDA pool's workers)."""
+
+
+def _import_costs(repeats: int) -> dict[str, Any]:
+    """Each of `_IMPORTS` in a new interpreter, in turn ``repeats`` times: medians of the
+    wall and CPU seconds (the pod side: a pod's container starts this way)."""
+    kinds = {k: v for k, v in _IMPORTS.items() if k != "torch" or importlib.util.find_spec(k)}
+    samples: dict[str, dict[str, list[float]]] = {k: {"wall_s": [], "cpu_s": []} for k in kinds}
+    for _ in range(repeats):
+        for kind, code in kinds.items():
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT, timeout=300)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            samples[kind]["wall_s"].append(wall)
+            samples[kind]["cpu_s"].append(cpu)
+    return {
+        kind: {
+            "code": kinds[kind],
+            **{key: statistics.median(values) for key, values in sample.items()},
+            "load_average_1m": os.getloadavg()[0],
+        }
+        for kind, sample in samples.items()
+    }
+
+
+def _imports_table(imports: dict[str, Any]) -> str:
+    lines = ["", "a new interpreter importing what a worker needs (medians), ms:"]
+    for kind, row in imports.items():
+        lines.append(
+            f"  {kind:<18}wall {row['wall_s'] * 1e3:8.1f}  cpu {row['cpu_s'] * 1e3:8.1f}"
+            f"   ({row['code']})"
+        )
+    return "\n".join(lines)
 
 
 def _wait_warm(platform: PlatformProcess) -> None:
@@ -304,7 +443,7 @@ def _to_zero(platform: PlatformProcess, *, warm_workers: int) -> None:
         seen["model"] = platform.model(DEMO_MODEL)["status"]
         listed = workers()
         empty = [w for w in listed if w["state"] == "ready" and not w["models"]]
-        seen["processes"] = platform.worker_pids()
+        seen["processes"] = _worker_processes(platform)
         return (
             seen["model"]["state"] == "scaled_to_zero"
             and len(listed) == warm_workers
@@ -340,19 +479,26 @@ def _settle(bench: _Bench) -> None:
 
 def _timed(bench: _Bench, platform: PlatformProcess, case: str) -> None:
     """One request at a model with no replica, and its cold-start timeline."""
+    load_average = os.getloadavg()[0]
+    platform_cpu = platform.cpu_seconds()
     sent_wall = time.time()
     started = time.perf_counter()
     served = infer_once(platform.port, DEMO_MODEL, bench.body)
     ttfr_s = time.perf_counter() - started
+    platform_cpu = platform.cpu_seconds() - platform_cpu
     if served.shape != bench.expected.shape or not np.allclose(served, bench.expected, 1e-3, 1e-4):
         raise RuntimeError(f"{case}: the answer differs from ONNX Runtime's")
     timeline = _timeline(platform)
     serving = ((timeline or {}).get("worker") or {}).get("id")
+    listed = platform.workers()
     replacements = [
         float(w["started_at"]) - sent_wall
-        for w in platform.workers()
+        for w in listed
         if float(w["started_at"]) > sent_wall and w["id"] != serving
     ]
+    pid = next((w["details"].get("pid") for w in listed if w["id"] == serving), None)
+    # Since its fork or exec: a spawned worker's imports count, a forked one's do not.
+    worker_cpu = process_cpu_seconds(pid) if isinstance(pid, int) and is_alive(pid) else None
     if timeline is None or timeline["queued_at"] < sent_wall - 0.05:
         raise RuntimeError(f"{case}: the request caused no activation (was the model at zero?)")
     if timeline["outcome"] not in ("ready", "revived"):
@@ -369,6 +515,7 @@ def _timed(bench: _Bench, platform: PlatformProcess, case: str) -> None:
         "before_activation_s": queued_s,
         "activation_s": total_s,
         "worker_s": durations.get("worker"),
+        "worker_boot_s": durations.get("worker_boot"),
         "load_s": load_s,
         "fetch_s": fetch_s,
         "rest_of_load_s": durations.get("engine", load_s),
@@ -379,6 +526,10 @@ def _timed(bench: _Bench, platform: PlatformProcess, case: str) -> None:
         "engine_cache": engine_cache,
         "bytes_fetched": timeline["bytes_fetched"],
         "worker_started": worker.get("started"),
+        "start_method": worker.get("start_method"),
+        "worker_cpu_s": worker_cpu,
+        "platform_cpu_s": platform_cpu,
+        "load_average_1m": load_average,
         "worker_reused": worker.get("id") in bench.seen_workers,
         "noise_cores": bench.noise_cores,
         # The reaper keeps --warm-workers empty: once the warm worker takes the model it
@@ -433,6 +584,7 @@ _KEYS: Final = (
     "before_activation_s",
     "activation_s",
     "worker_s",
+    "worker_boot_s",
     "fetch_s",
     "rest_of_load_s",
     "load_s",
@@ -440,6 +592,9 @@ _KEYS: Final = (
     "after_ready_s",
     "first_response_s",
     "noise_cores",
+    "worker_cpu_s",
+    "platform_cpu_s",
+    "load_average_1m",
 )
 
 
@@ -455,6 +610,7 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out["cache"] = sorted({str(r["cache"]) for r in runs})
     out["engine_cache"] = sorted({str(r["engine_cache"]) for r in runs})
     out["worker_started"] = sorted({bool(r["worker_started"]) for r in runs})
+    out["start_method"] = sorted({str(r.get("start_method") or "-") for r in runs})
     out["runs_overlapping_a_worker_start"] = sum(
         1
         for r in runs
@@ -466,9 +622,9 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _table(summary: dict[str, Any]) -> str:
     header = (
-        f"{'case':<15}{'runs':>5}{'ttfr':>8}{'min':>8}{'max':>8}{'queue':>8}{'worker':>8}"
-        f"{'load':>8}{'fetch':>8}{'rest':>8}{'in wrk':>8}{'activ.':>8}{'after':>8}"
-        "  cache / engine cache"
+        f"{'case':<17}{'runs':>5}{'ttfr':>8}{'min':>8}{'max':>8}{'queue':>8}{'worker':>8}"
+        f"{'boot':>8}{'load':>8}{'fetch':>8}{'rest':>8}{'in wrk':>8}{'activ.':>8}{'after':>8}"
+        f"{'wrk cpu':>8}{'loadavg':>8}  cache / engine cache"
     )
     lines = [
         "",
@@ -481,11 +637,14 @@ def _table(summary: dict[str, Any]) -> str:
         s = summary[case]
         if not s["runs"]:
             continue
+        load_average = s["load_average_1m"]
         lines.append(
-            f"{case:<15}{s['runs']:>5}{_ms(s['ttfr_s'])}{_ms(s['ttfr_min_s'])}"
+            f"{case:<17}{s['runs']:>5}{_ms(s['ttfr_s'])}{_ms(s['ttfr_min_s'])}"
             f"{_ms(s['ttfr_max_s'])}{_ms(s['before_activation_s'])}{_ms(s['worker_s'])}"
-            f"{_ms(s['load_s'])}{_ms(s['fetch_s'])}{_ms(s['rest_of_load_s'])}"
-            f"{_ms(s['worker_load_s'])}{_ms(s['activation_s'])}{_ms(s['after_ready_s'])}"
+            f"{_ms(s['worker_boot_s'])}{_ms(s['load_s'])}{_ms(s['fetch_s'])}"
+            f"{_ms(s['rest_of_load_s'])}{_ms(s['worker_load_s'])}{_ms(s['activation_s'])}"
+            f"{_ms(s['after_ready_s'])}{_ms(s['worker_cpu_s'])}"
+            f"{(f'{load_average:.2f}' if load_average is not None else '-'):>8}"
             f"  {'/'.join(s['cache'])} / {'/'.join(s['engine_cache'])}"
         )
     noisy = [
@@ -500,13 +659,17 @@ def _table(summary: dict[str, Any]) -> str:
     lines += [
         "",
         "ttfr: request sent -> answer received (client). queue: request sent -> activation "
-        "queued. worker: queued -> worker ready (a process started, or a warm one picked). "
+        "queued. worker: queued -> worker ready (a process started, or a warm one picked); "
+        "boot: of that, the started process existing -> its first liveness answer (a "
+        "spawned one imports meanwhile). "
         "load: the control plane's load call (fetch: the node cache's download, misses only; "
         "rest: the remainder, for hits the whole load: storage listing, config, session "
         "build); in wrk: the load as the worker's log times it. activ.: queued -> placement "
         "recorded. after: placement recorded -> answer received (the activator sees the "
-        "placement, proxies the buffered request, the worker infers). priming: the first "
-        "(cold, cache miss) start, not counted.",
+        "placement, proxies the buffered request, the worker infers). wrk cpu: CPU the "
+        "serving worker had used by its answer, since its fork or exec. loadavg: the "
+        "machine's 1-minute load average as the request went. priming: the first (cold, "
+        "cache miss) start of each cold platform, not counted.",
     ]
     return "\n".join(lines)
 
