@@ -1,4 +1,4 @@
-"""zeroserve side by side with the engine alone, MLServer and KServe: one run, one machine.
+"""zeroserve side by side with the engine alone, MLServer, KServe and Triton: one run, one machine.
 
 On the same generated model (the light MLP, 256->1024->1024->1024->10, batch-1 requests) and
 the same load (closed loop, JSON, at each concurrency; ``wrk`` where it is installed, else
@@ -682,6 +682,8 @@ def _replot(path: Path) -> int:
     # Runs saved before --client existed were all driven by zeroserve bench.
     client = document.get("client", "zeroserve-bench")
     print(results.text_table(entries, settings["concurrency"], settings["repeats"], client))
+    for line in results.native_onnx_lines(results.native_onnx(entries, settings["concurrency"])):
+        print(line)
     if document.get("cold_load"):
         print()
         print(results.cold_load_table(document["cold_load"], titles))

@@ -111,8 +111,9 @@ def summary(entries: Sequence[Entry], concurrencies: Sequence[int]) -> dict[str,
 
 def native_onnx(entries: Sequence[Entry], concurrencies: Sequence[int]) -> dict[str, Any]:
     """zeroserve's ONNX runtime over the same ONNX Runtime call in a Python model, in
-    zeroserve and in Triton, protocol by protocol: ``{protocol: {c: ratios}}`` (issue 19's
-    target is every ratio >= 1)."""
+    zeroserve and in Triton, protocol by protocol: ``{protocol: {c: figures}}``, throughput
+    ratios (issue 19's target is every one >= 1) and each server's CPU per request (on a
+    shared machine the steadier figure)."""
     table: dict[str, Any] = {}
     for protocol, suffix in PROTOCOL_SUFFIXES.items():
         rows: dict[str, Any] = {}
@@ -120,13 +121,17 @@ def native_onnx(entries: Sequence[Entry], concurrencies: Sequence[int]) -> dict[
             ours = find(entries, ZEROSERVE + suffix, c)
             if ours is None or ours.median("throughput") <= 0:
                 continue
-            row: dict[str, Any] = {"onnx": ours.median("throughput")}
+            row: dict[str, Any] = {
+                "onnx": ours.median("throughput"),
+                "onnx_cpu_ms": ours.median("server_cpu_ms_per_request"),
+            }
             for name, key in (("python_model", PYTHON_MODEL), ("triton", TRITON)):
                 other = find(entries, key + suffix, c)
                 if other is not None and other.median("throughput") > 0:
                     row[name] = other.median("throughput")
                     row[f"ratio_to_{name}"] = row["onnx"] / row[name]
-            if len(row) > 1:
+                    row[f"{name}_cpu_ms"] = other.median("server_cpu_ms_per_request")
+            if len(row) > 2:
                 rows[str(c)] = row
         if rows:
             table[protocol] = rows
@@ -138,10 +143,16 @@ def native_onnx_lines(table: dict[str, Any]) -> list[str]:
     lines = []
     for protocol, rows in table.items():
         for c, row in rows.items():
-            parts = [f"{protocol:<6} c={c:<3} ONNX runtime {row['onnx']:8,.0f}/s"]
+            parts = [
+                f"{protocol:<6} c={c:<3} ONNX runtime {row['onnx']:8,.0f}/s "
+                f"({_cell(row['onnx_cpu_ms'], '.3f')} ms CPU/req)"
+            ]
             for name, label in (("python_model", "Python model"), ("triton", "Triton")):
                 if name in row:
-                    parts.append(f"{row[f'ratio_to_{name}']:.2f}x {label} ({row[name]:,.0f}/s)")
+                    parts.append(
+                        f"{row[f'ratio_to_{name}']:.2f}x {label} ({row[name]:,.0f}/s, "
+                        f"{_cell(row[f'{name}_cpu_ms'], '.3f')} ms CPU/req)"
+                    )
             lines.append("; ".join(parts))
     return lines
 

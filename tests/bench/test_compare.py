@@ -146,30 +146,43 @@ def test_triton_peer_answers_the_engine_over_each_protocol(tmp_path):
 
 
 def test_native_onnx_ratios_compare_like_protocols():
-    def entry(key: str, size: int, throughput: float) -> results.Entry:
-        return results.Entry(key, key, size, [{"throughput": throughput}])
+    def entry(key: str, size: int, throughput: float, cpu_ms: float) -> results.Entry:
+        record = {"throughput": throughput, "server_cpu_ms_per_request": cpu_ms}
+        return results.Entry(key, key, size, [record])
 
     entries = [
-        entry("zeroserve", 1, 2000.0),
-        entry("zeroserve-python", 1, 1000.0),
-        entry("triton", 1, 4000.0),
-        entry("zeroserve-grpc", 1, 900.0),
-        entry("triton-grpc", 1, 1800.0),
-        entry("zeroserve-binary", 1, 500.0),
+        entry("zeroserve", 1, 2000.0, 0.4),
+        entry("zeroserve-python", 1, 1000.0, 0.5),
+        entry("triton", 1, 4000.0, 0.8),
+        entry("zeroserve-grpc", 1, 900.0, 0.7),
+        entry("triton-grpc", 1, 1800.0, 1.0),
+        entry("zeroserve-binary", 1, 500.0, 0.3),
     ]
     table = results.native_onnx(entries, [1])
     assert table == {
         "json": {
             "1": {
                 "onnx": 2000.0,
+                "onnx_cpu_ms": 0.4,
                 "python_model": 1000.0,
                 "ratio_to_python_model": 2.0,
+                "python_model_cpu_ms": 0.5,
                 "triton": 4000.0,
                 "ratio_to_triton": 0.5,
+                "triton_cpu_ms": 0.8,
             }
         },
-        "grpc": {"1": {"onnx": 900.0, "triton": 1800.0, "ratio_to_triton": 0.5}},
+        "grpc": {
+            "1": {
+                "onnx": 900.0,
+                "onnx_cpu_ms": 0.7,
+                "triton": 1800.0,
+                "ratio_to_triton": 0.5,
+                "triton_cpu_ms": 1.0,
+            }
+        },
     }
     assert results.native_onnx_lines(table)[1] == (
-        "grpc   c=1   ONNX runtime      900/s; 0.50x Triton (1,800/s)"
+        "grpc   c=1   ONNX runtime      900/s (0.700 ms CPU/req); "
+        "0.50x Triton (1,800/s, 1.000 ms CPU/req)"
     )
