@@ -2,7 +2,7 @@
 inference, no decoding, served the way zeroserve's gRPC listener is (grpc.aio on uvloop,
 a generic handler taking and giving bytes).
 
-``bench/grpc.py`` loads it like a server under test, to show how much of zeroserve's gRPC
+``bench/grpc_transports.py`` loads it like a server under test, to show how much of zeroserve's gRPC
 figures is grpc.aio's own cost per call. It also answers ModelStatistics with the number
 of ModelInfer calls it answered, so the benchmark can check its count like the others', and
 the light MLP's ModelMetadata and ModelConfig, for ``zeroserve bench`` to build requests.

@@ -150,7 +150,7 @@ def wrk_point(
 
 
 GRPC_STREAMS_PER_CONNECTION: Final = 8
-"""As bench/grpc.py: a gRPC client multiplexes calls on few connections."""
+"""As bench/grpc_transports.py: a gRPC client multiplexes calls on few connections."""
 
 
 def grpc_point(

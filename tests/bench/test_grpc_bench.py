@@ -1,4 +1,4 @@
-"""``bench/grpc.py --quick`` end to end (zeroserve serve, real Triton where it installs,
+"""``bench/grpc_transports.py --quick`` end to end (zeroserve serve, real Triton where it installs,
 h2load where installed), and its fallback client; plus the h2load helpers it relies on.
 Only that the runs finish, check their answers and report without errors is asserted,
 never how fast anything was."""
@@ -29,7 +29,7 @@ def _run(command: list[str], cwd: Path) -> str:
 def test_quick_run_as_a_script(tmp_path: Path) -> None:
     """Run by path: bench/ first on sys.path must not let this file shadow grpcio."""
     output = _run(
-        [sys.executable, str(ROOT / "bench" / "grpc.py"), "--quick", "--no-save"], tmp_path
+        [sys.executable, str(ROOT / "bench" / "grpc_transports.py"), "--quick", "--no-save"], tmp_path
     )
     assert "| c | HTTP/1.1 binary | gRPC | gRPC + system shared memory |" in output
     assert "target: zeroserve gRPC, model.py in Triton's contract >= Triton" in output
@@ -43,7 +43,7 @@ def test_quick_run_with_zeroserve_bench_as_the_client(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "bench.grpc",
+            "bench.grpc_transports",
             "--quick",
             "--no-save",
             "--no-triton",

@@ -28,8 +28,8 @@ Each repeat visits every concurrency with the contenders in a rotated order, so 
 machine load hits each alike; the table gives medians over ``--repeats``. Results, with the
 machine and its load average, go to ``bench/results/<UTC time>-<tag>-grpc.json``.
 
-    python -m bench.grpc            # 3 repeats of 10 s points (about 12 minutes)
-    python -m bench.grpc --quick    # 1 repeat of 2 s points
+    python -m bench.grpc_transports            # 3 repeats of 10 s points (about 12 minutes)
+    python -m bench.grpc_transports --quick    # 1 repeat of 2 s points
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ def _save(
     document: dict[str, Any] = {
         "benchmark": "grpc",
         "started_utc": started_utc.isoformat(),
-        "command": ["python", "-m", "bench.grpc", *sys.argv[1:]],
+        "command": ["python", "-m", "bench.grpc_transports", *sys.argv[1:]],
         "settings": {
             "concurrency": args.concurrency,
             "repeats": args.repeats,
