@@ -9,12 +9,13 @@ Every ``reaper_interval_s``, while this replica acts:
    way instead (the engine stays, asleep, until a request wakes it), and sleeping replicas
    are unloaded once the model has been idle for ``idle_timeout_s``.
 2. Replicas of models that are no longer registered are retired too, asleep or not.
-3. Empty workers (no replica, load or unload) beyond ``warm_workers`` are stopped once the
-   pool has had more empty workers than that for ``pool_grace_period_s`` in a row, each of
-   them empty that long too; the longest-empty ones go first, the most recently emptied
-   stay warm (see :func:`decide_workers`).
-4. While fewer than ``warm_workers`` workers are empty and the pool may grow, one more
-   worker is started, so the next cold start skips the worker start.
+3. In each pool (``settings.all_pools``), empty workers (no replica, load or unload)
+   beyond its ``warm_workers`` are stopped once the pool has had more empty workers than
+   that for ``pool_grace_period_s`` in a row, each of them empty that long too; the
+   longest-empty ones go first, the most recently emptied stay warm (see
+   :func:`decide_workers`).
+4. While fewer than ``warm_workers`` workers of a pool are empty and it may grow, one more
+   worker is started there, so the next cold start skips the worker start.
 5. Workers in the store that this replica's backend does not run (another replica's local
    workers, left behind when it died) are probed; after ``worker_health_failures`` failed
    probes in a row they are removed with their placements, so requests stop going there.
@@ -128,7 +129,7 @@ class ReplicaRetirer(Protocol):
 
     async def stop_worker_if_idle(self, worker_id: str) -> bool: ...
 
-    async def start_worker(self) -> WorkerRecord: ...
+    async def start_worker(self, pool: str) -> WorkerRecord: ...
 
 
 class Liveness(Protocol):
@@ -182,8 +183,8 @@ class Reaper:
         self._wall = wall
         self._last_active: dict[str, float] = {}
         """model -> wall-clock time it was last seen with a request."""
-        self._pool = PoolState()
-        """What the worker decisions remember between sweeps."""
+        self._pools: dict[str, PoolState] = {}
+        """Pool name -> what its worker decisions remember between sweeps."""
         self._foreign_failures: dict[str, int] = {}
         """worker id -> failed probes in a row, for workers our backend does not run."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -316,22 +317,26 @@ class Reaper:
                 self._unload_sleeping(s, reason="idle")
 
     async def _reap_workers(self, placements: list[Placement]) -> None:
-        workers = self._backend.list_workers(self._settings.pool)
-        self._metrics.workers.set(len(workers))
-        decision, self._pool = decide_workers(
-            [w.id for w in workers if self._placer.is_idle(w.id, placements)],
-            workers=len(workers),
-            starting=sum(1 for key in self._tasks if key.startswith("start:")),
-            warm_workers=self._settings.warm_workers,
-            max_workers=self._settings.max_workers,
-            grace_s=self._settings.pool_grace_period_s,
-            state=self._pool,
-            now=self._clock(),
-        )
-        for worker_id in decision.stop:
-            self._stop(worker_id)
-        if decision.start:
-            self._run(f"start:{len(workers)}", self._start_warm())
+        count = 0
+        for pool in self._settings.all_pools:
+            workers = self._backend.list_workers(pool.name)
+            count += len(workers)
+            starts = f"start:{pool.name}:"
+            decision, self._pools[pool.name] = decide_workers(
+                [w.id for w in workers if self._placer.is_idle(w.id, placements)],
+                workers=len(workers),
+                starting=sum(1 for key in self._tasks if key.startswith(starts)),
+                warm_workers=pool.warm_workers,
+                max_workers=pool.max_workers,
+                grace_s=self._settings.pool_grace_period_s,
+                state=self._pools.get(pool.name, PoolState()),
+                now=self._clock(),
+            )
+            for worker_id in decision.stop:
+                self._stop(worker_id)
+            if decision.start:
+                self._run(f"{starts}{len(workers)}", self._start_warm(pool.name))
+        self._metrics.workers.set(count)
 
     async def _reap_foreign_workers(self) -> None:
         ours = {w.id for w in self._backend.list_workers()}
@@ -387,8 +392,8 @@ class Reaper:
             self._metrics.worker_stops.labels("idle").inc()
             logger.info("stopped idle worker %s", worker_id, extra={"worker": worker_id})
 
-    async def _start_warm(self) -> None:
-        worker = await self._placer.start_worker()
+    async def _start_warm(self, pool: str) -> None:
+        worker = await self._placer.start_worker(pool)
         self._metrics.worker_starts.inc()
         logger.info("started warm worker %s", worker.id, extra={"worker": worker.id})
 

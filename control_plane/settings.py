@@ -5,12 +5,54 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from foundation.http import ServerLimits
 
-__all__ = ["AdminClientSettings", "ControlPlaneSettings"]
+__all__ = ["AdminClientSettings", "ControlPlaneSettings", "PoolSettings"]
+
+
+class PoolSettings(BaseModel):
+    """One worker pool: which models it takes, what its workers run them on, its size.
+
+    The default pool is described by `ControlPlaneSettings`' own fields (``pool``,
+    ``worker_device``, ...); each of its ``extra_pools`` is one of these.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    """The pool's name (a Knative pool's key in ``ZEROSERVE_KNATIVE_POOLS``)."""
+    backends: tuple[str, ...] = ()
+    """The model backends it takes (``vllm``): a model registered with one of them (its
+    ``backend``, else its config's) goes here; empty for the default pool only."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """What its workers run models on."""
+    memory_bytes: int = Field(default=0, ge=0)
+    """Memory budget for models on one worker; 0 = unbounded."""
+    host_memory_bytes: int = Field(default=0, ge=0)
+    """Host memory on one worker for sleeping replicas' weights; 0 = unbounded."""
+    max_models_per_worker: int = Field(default=0, ge=0)
+    """Models one worker may hold at once; 0 = unbounded."""
+    max_workers: int = Field(default=4, ge=1, le=1024)
+    """Most workers the pool may have at once."""
+    warm_workers: int = Field(default=0, ge=0)
+    """Empty workers kept running for fast cold starts."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.warm_workers > self.max_workers:
+            raise ValueError(f"pool '{self.name}': warm_workers must not exceed max_workers")
+        return self
 
 
 class ControlPlaneSettings(BaseSettings, ServerLimits):
@@ -44,7 +86,13 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Where workers run: ``local`` child processes, or ``knative``: pods of one Knative
     Service per pool (configured by ``ZEROSERVE_KNATIVE_*``, see ``backends.knative``)."""
     pool: str = "default"
-    """Name of the worker pool this control plane manages."""
+    """Name of the default worker pool: models of a backend no pool of ``extra_pools`` names
+    go there. The ``worker_*``, ``max_models_per_worker``, ``max_workers`` and
+    ``warm_workers`` fields describe it."""
+    extra_pools: tuple[PoolSettings, ...] = ()
+    """More worker pools, each for the models of the backends it names (JSON in the
+    environment: ``[{"name": "vllm", "backends": ["vllm"], "device": "cuda",
+    "memory_bytes": 21474836480}]``); empty: one pool takes every model."""
     cache_dir: Path = Field(
         default=Path.home() / ".cache" / "zeroserve",
         validation_alias=AliasChoices(
@@ -154,7 +202,48 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
             raise ValueError("warm_workers must not exceed max_workers")
         if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 8:
             raise ValueError("admin_token must be at least 8 characters")
+        names = [pool.name for pool in self.all_pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must differ: {', '.join(names)}")
+        served: set[tuple[str, str]] = set()
+        for pool in self.extra_pools:
+            if not pool.backends:
+                raise ValueError(f"pool '{pool.name}' of extra_pools names no backends")
+            for backend in pool.backends:
+                if (backend, pool.device) in served:
+                    # Two pools alike for a model: which one it lands on would be arbitrary.
+                    raise ValueError(f"two {pool.device} pools take backend '{backend}'")
+                served.add((backend, pool.device))
         return self
+
+    @property
+    def all_pools(self) -> tuple[PoolSettings, ...]:
+        """Every pool, the default one first."""
+        default = PoolSettings(
+            name=self.pool,
+            device=self.worker_device,
+            memory_bytes=self.worker_memory_bytes,
+            host_memory_bytes=self.worker_host_memory_bytes,
+            max_models_per_worker=self.max_models_per_worker,
+            max_workers=self.max_workers,
+            warm_workers=self.warm_workers,
+        )
+        return (default, *self.extra_pools)
+
+    def for_pool(self, pool: PoolSettings) -> Self:
+        """These settings as one pool's placer reads them: the pool's fields in place of the
+        default pool's."""
+        return self.model_copy(
+            update={
+                "pool": pool.name,
+                "worker_device": pool.device,
+                "worker_memory_bytes": pool.memory_bytes,
+                "worker_host_memory_bytes": pool.host_memory_bytes,
+                "max_models_per_worker": pool.max_models_per_worker,
+                "max_workers": pool.max_workers,
+                "warm_workers": pool.warm_workers,
+            }
+        )
 
     @property
     def lease_renew_s(self) -> float:

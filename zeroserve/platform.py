@@ -43,12 +43,12 @@ from control_plane.api.app import create_app as create_admin_app
 from control_plane.api.service import AdminService
 from control_plane.autoscaler.loop import AutoscalerLoop
 from control_plane.autoscaler.policy import AutoscalerSettings
-from control_plane.backends.base import PodBackend, PoolSpec
+from control_plane.backends.base import PodBackend
 from control_plane.backends.local import LocalBackend
 from control_plane.errors import ModelExistsError
 from control_plane.lease import Lease
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placement import Placer
+from control_plane.placement import PoolPlacers
 from control_plane.reaper import Reaper
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
@@ -203,14 +203,8 @@ class Platform:
                 extra_env["ZEROSERVE_ALLOWED_STORAGE"] = ",".join(settings.allowed_storage)
             backend = self._backend = self._create_backend(relay, repository, extra_env)
             stack.push_async_callback(backend.close)
-            pool = PoolSpec(
-                name=settings.pool,
-                device=settings.worker_device,
-                memory_bytes=settings.worker_memory_bytes,
-                max_workers=settings.max_workers,
-            )
-            await backend.ensure_pool(pool)
-            placer = Placer(store, backend, pool, workers, settings)
+            placer = PoolPlacers(store, backend, workers, settings)
+            await placer.ensure_pools()
             stack.push_async_callback(placer.close)
             await lease.renew()
             stack.push_async_callback(_cancel, [asyncio.create_task(lease.run(), name="lease")])

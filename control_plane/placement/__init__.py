@@ -4,7 +4,9 @@
 store, calls it and applies what it decides (reserving room, starting workers, evicting,
 loading), with the pool's workers and their reservations kept by ``workers``. Retiring a
 replica, or putting it to sleep, is ``retire``; waking a sleeping one, or unloading it, is
-``wake``. The rest of the control plane uses ``Placer``, its one entry point.
+``wake``. ``Placer`` serves one pool; ``pools.PoolPlacers``, the entry point the rest of
+the control plane uses, holds one per configured pool and sends each model to the pool
+``routing`` picks from its backend.
 """
 
 from control_plane.placement.choose import (
@@ -20,6 +22,8 @@ from control_plane.placement.choose import (
     traffic_needed,
 )
 from control_plane.placement.placer import Placer, PlaceResult, WorkerApi
+from control_plane.placement.pools import PoolPlacers
+from control_plane.placement.routing import model_backend, pool_for
 
 __all__ = [
     "Decision",
@@ -28,11 +32,14 @@ __all__ = [
     "Place",
     "PlaceResult",
     "Placer",
+    "PoolPlacers",
     "PoolView",
     "StartWorker",
     "Traffic",
     "WaitForStarts",
     "WorkerApi",
     "choose",
+    "model_backend",
+    "pool_for",
     "traffic_needed",
 ]

@@ -316,12 +316,12 @@ class Placer:
 
     async def reload(self, model: ModelRecord) -> None:
         """Load ``model``'s current generation in place on every worker that serves an older
-        one; the worker keeps serving the old one until the new one is ready."""
+        one of this pool; the worker keeps serving the old one until the new one is ready."""
         for placement in await self._store.list_placements(model.name):
             if placement.generation >= model.generation:
                 continue
             worker = self._pool_workers.find(placement.worker_id)
-            if worker is None:
+            if worker is None or worker.pool != self._pool.name:
                 continue
             await self._load_unit(worker, model)
             await self._store.add_placement(

@@ -7,6 +7,10 @@
 #   vllm  runtime-vllm: LLMs on vLLM, whose engine core must start by spawn (a forked child
 #         inherits the parent's CUDA state and fails to initialise CUDA), with a
 #         memory-backed /dev/shm for its and NCCL's shared-memory buffers
+#
+# The control plane sends models registered with backend vllm to the vllm pool and the rest
+# to gpu (ZEROSERVE_CONTROL_PLANE_POOL and _EXTRA_POOLS in deploy/kubernetes/config.yaml);
+# a knative_pools given instead must hold templates for both names, or it refuses to start.
 
 module "gpu_pod_requests" {
   source = "./modules/pod-requests"

@@ -58,12 +58,15 @@ EXPORTS = {
         "Place",
         "PlaceResult",
         "Placer",
+        "PoolPlacers",
         "PoolView",
         "StartWorker",
         "Traffic",
         "WaitForStarts",
         "WorkerApi",
         "choose",
+        "model_backend",
+        "pool_for",
         "traffic_needed",
     },
     "control_plane.placement.choose": {
@@ -79,6 +82,8 @@ EXPORTS = {
         "traffic_needed",
     },
     "control_plane.placement.placer": {"PlaceResult", "Placer", "WorkerApi"},
+    "control_plane.placement.pools": {"PoolPlacers"},
+    "control_plane.placement.routing": {"model_backend", "pool_for"},
     "control_plane.placement.retire": {
         "FindWorker",
         "LiveSequences",
@@ -105,7 +110,7 @@ EXPORTS = {
         "WorkerDecision",
         "decide_workers",
     },
-    "control_plane.settings": {"AdminClientSettings", "ControlPlaneSettings"},
+    "control_plane.settings": {"AdminClientSettings", "ControlPlaneSettings", "PoolSettings"},
     "control_plane.worker_client": {
         "LoadReport",
         "WorkerClient",

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placement import Placer
+from control_plane.placement import PoolPlacers
 from control_plane.reaper import PoolState, Reaper, WorkerDecision, decide_workers
+from control_plane.settings import PoolSettings
 from control_plane.store.memory import MemoryStateStore
 from foundation.records import (
     ModelRecord,
@@ -54,9 +54,8 @@ class Setup:
         self.store = MemoryStateStore(traffic_ttl_s=REPORT_TTL_S, clock=self.mono)
         self.backend = FakeBackend()
         self.workers = FakeWorkers()
-        self.pool = PoolSpec(name="default", max_workers=self.settings.max_workers)
-        self.placer = Placer(
-            self.store, self.backend, self.pool, self.workers, self.settings, wall=self.wall
+        self.placer = PoolPlacers(
+            self.store, self.backend, self.workers, self.settings, wall=self.wall
         )
         self.activations = NoActivations()
         self.liveness = Liveness()
@@ -75,7 +74,7 @@ class Setup:
         )
 
     async def __aenter__(self) -> Setup:
-        await self.backend.ensure_pool(self.pool)
+        await self.placer.ensure_pools()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -83,10 +82,11 @@ class Setup:
         await self.placer.close()
         await self.store.close()
 
-    async def place(self, name: str, **scaling: Any) -> None:
+    async def place(self, name: str, *, backend: str = "", **scaling: Any) -> None:
         record = ModelRecord(
             name=name,
             storage_uri=f"/models/{name}",
+            backend=backend,
             scaling=ScalingSpec(idle_timeout_s=IDLE_S, **scaling),
         )
         await self.store.create_model(record)
@@ -202,6 +202,29 @@ async def test_warm_workers_are_kept_and_started():
         await s.sweep()
         assert len(s.backend.stopped) == 1
         assert len(s.backend.list_workers()) == 1
+
+
+async def test_idle_workers_of_every_pool_are_stopped_and_warm_ones_started():
+    vllm = PoolSettings(name="vllm", backends=("vllm",), max_workers=2, warm_workers=1)
+    async with Setup(pool_grace_period_s=10.0, extra_pools=(vllm,)) as s:
+        await s.place("onnx")
+        await s.place("llm", backend="vllm")
+        pools = {w.id: w.pool for w in s.backend.list_workers()}
+        assert pools == {"w1": "default", "w2": "vllm"}
+        await s.sweep()
+        assert s.backend.started == ["w1", "w2", "w3"]  # the vllm pool's warm worker
+        assert s.backend.list_workers("vllm")[-1].id == "w3"
+        s.wall.advance(IDLE_S + 1)
+        await s.sweep()  # both models go
+        assert sorted(s.workers.unloads()) == [("w1", "onnx"), ("w2", "llm")]
+        s.mono.advance(1)
+        await s.sweep()  # w1 and w2 are seen empty, w3 has been for 1 s
+        s.mono.advance(10)
+        await s.sweep()
+        # The default pool keeps no warm worker; the vllm pool keeps its most recently
+        # emptied one.
+        assert sorted(s.backend.stopped) == ["w1", "w3"]
+        assert [w.id for w in s.backend.list_workers()] == ["w2"]
 
 
 async def test_nothing_happens_while_not_acting():

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from control_plane.settings import AdminClientSettings, ControlPlaneSettings
+from control_plane.settings import AdminClientSettings, ControlPlaneSettings, PoolSettings
+
+VLLM_POOL = {"name": "vllm", "backends": ["vllm"], "device": "cuda"}
 
 
 def test_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -46,11 +48,48 @@ def test_defaults_are_safe(monkeypatch: pytest.MonkeyPatch):
         pytest.param({"panic_threshold": 1.0}, id="threshold"),
         pytest.param({"backend": "docker"}, id="unknown-backend"),
         pytest.param({"load_timeout_s": 0}, id="timeout"),
+        pytest.param({"extra_pools": [{**VLLM_POOL, "name": "default"}]}, id="pool-name-twice"),
+        pytest.param({"extra_pools": [{**VLLM_POOL, "backends": []}]}, id="pool-no-backends"),
+        pytest.param(
+            {"extra_pools": [VLLM_POOL, {**VLLM_POOL, "name": "vllm-2"}]}, id="backend-twice"
+        ),
+        pytest.param(
+            {"extra_pools": [{**VLLM_POOL, "warm_workers": 5, "max_workers": 2}]},
+            id="pool-warm-over-max",
+        ),
+        pytest.param({"extra_pools": [{**VLLM_POOL, "gpus": 1}]}, id="pool-unknown-field"),
     ],
 )
 def test_ranges(overrides: dict[str, object]):
     with pytest.raises(ValidationError):
         ControlPlaneSettings(**overrides)  # type: ignore[arg-type]
+
+
+def test_pools_from_the_environment(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("ZEROSERVE_CONTROL_PLANE_POOL", "gpu")
+    monkeypatch.setenv("ZEROSERVE_CONTROL_PLANE_WORKER_DEVICE", "cuda")
+    monkeypatch.setenv("ZEROSERVE_CONTROL_PLANE_MAX_WORKERS", "3")
+    monkeypatch.setenv(
+        "ZEROSERVE_CONTROL_PLANE_EXTRA_POOLS",
+        '[{"name": "vllm", "backends": ["vllm"], "device": "cuda", "memory_bytes": 1000,'
+        ' "host_memory_bytes": 2000, "max_workers": 2, "warm_workers": 1}]',
+    )
+    settings = ControlPlaneSettings()
+    gpu, vllm = settings.all_pools
+    assert gpu == PoolSettings(name="gpu", device="cuda", max_workers=3)
+    assert vllm.backends == ("vllm",)
+    pool_settings = settings.for_pool(vllm)
+    assert (pool_settings.pool, pool_settings.worker_device) == ("vllm", "cuda")
+    assert pool_settings.worker_memory_bytes == 1000
+    assert pool_settings.worker_host_memory_bytes == 2000
+    assert (pool_settings.max_workers, pool_settings.warm_workers) == (2, 1)
+    assert settings.for_pool(gpu).max_workers == 3
+
+
+def test_one_pool_by_default():
+    settings = ControlPlaneSettings()
+    assert [pool.name for pool in settings.all_pools] == [settings.pool]
+    assert settings.for_pool(settings.all_pools[0]) == settings
 
 
 def test_frozen():
