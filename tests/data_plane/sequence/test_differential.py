@@ -37,7 +37,12 @@ from tests.triton_oracle import TritonServer, require_triton, run_triton
 pytestmark = pytest.mark.integration
 
 TIMEOUT_S = 60.0
-IDLE_US = 300_000
+IDLE_US = 2_000_000
+"""acc_idle's idle time: long enough that a loaded machine's delay between two steps stays
+within it, short enough to wait out."""
+BUSY_MACHINE_IDLE_US = 10_000_000
+"""The other accumulators' idle time (Triton's default, 1 s, is shorter than a loaded
+machine's worst pause between two steps)."""
 LOADED = ("acc_direct", "acc_oldest", "acc_single", "acc_one", "acc_idle", "acc_state")
 BAD_STATE = """
 state [ { input_name: "ACC" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: [ 1 ]
@@ -60,14 +65,20 @@ class Servers:
 
 
 def write_repository(repo: Path) -> None:
-    write_python_accumulator(repo, "acc_direct")
+    # Triton's default idle time (1 s) ends a sequence whose next step a loaded 2-core
+    # machine delays past it, on either server; only acc_idle is about idle release.
+    write_python_accumulator(repo, "acc_direct", idle_us=BUSY_MACHINE_IDLE_US)
     write_python_accumulator(
-        repo, "acc_oldest", strategy="oldest { max_candidate_sequences: 2 }", max_batch_size=4
+        repo,
+        "acc_oldest",
+        strategy="oldest { max_candidate_sequences: 2 }",
+        max_batch_size=4,
+        idle_us=BUSY_MACHINE_IDLE_US,
     )
-    write_python_accumulator(repo, "acc_single", max_batch_size=0)
-    write_python_accumulator(repo, "acc_one", max_batch_size=1)
+    write_python_accumulator(repo, "acc_single", max_batch_size=0, idle_us=BUSY_MACHINE_IDLE_US)
+    write_python_accumulator(repo, "acc_one", max_batch_size=1, idle_us=BUSY_MACHINE_IDLE_US)
     write_python_accumulator(repo, "acc_idle", max_batch_size=1, idle_us=IDLE_US)
-    write_python_accumulator(repo, "acc_state", extra=STATE)
+    write_python_accumulator(repo, "acc_state", extra=STATE, idle_us=BUSY_MACHINE_IDLE_US)
     write_python_accumulator(repo, "bad_state", extra=BAD_STATE)
 
 
