@@ -15,7 +15,11 @@ batch run together):
 Batch-1 JSON requests, closed loop with wrk (one thread; ``--concurrency`` connections),
 for each concurrency and each repeat the three run one after the other in a rotated order,
 so that drifting machine load hits each the same; the table gives the median of the
-repeats. Both servers run together, each idle while the other is measured.
+repeats. Both servers run together, each idle while the other is measured. Each point
+also records the CPU its server spent per request, in the server's own process and in
+its children (the stub processes), read from ``/proc`` before and after the run: on a
+machine shared with other work the rate swings with the load, the CPU per request much
+less, so the second table says where the time goes.
 
     python -m bench.python_backend --triton-root /tmp/triton/x/pytriton/tritonserver
 
@@ -45,8 +49,15 @@ from typing import Final
 
 import numpy as np
 
+from bench import machine
 from bench.models import MODELS, MlpSpec, sample_rows, write_model
-from bench.server import ServerProcess, free_port, server_command
+from bench.server import (
+    ServerProcess,
+    children_by_parent,
+    free_port,
+    process_cpu_seconds,
+    server_command,
+)
 
 SPEC: Final[MlpSpec] = MODELS["light"]
 MAX_BATCH_SIZE: Final = 32
@@ -161,17 +172,34 @@ def triton_command(root: Path, repository: Path, port: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Point:
-    """One wrk run."""
+    """One wrk run, and the CPU its server spent per request: in its own process, and in
+    its children (the stub processes) together."""
 
     contender: str
     concurrency: int
     repeat: int
     requests_per_s: float
     load_average: float
+    server_cpu_us: float
+    stub_cpu_us: float
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """CPU seconds so far of ``pid`` and of its children together (Triton's stubs and
+    zeroserve's are children of their server)."""
+    children = children_by_parent().get(pid, [])
+    total = 0.0
+    for child in children:
+        with contextlib.suppress(OSError):
+            total += process_cpu_seconds(child)
+    return process_cpu_seconds(pid), total
 
 
 def wrk(url: str, body_script: Path, concurrency: int, duration_s: int) -> float:
-    """Requests per second of one closed-loop wrk run; raises if any answer was not 200."""
+    """Requests per second of one closed-loop wrk run; raises if any answer was not 200.
+
+    With other work on the machine the rate says little; the CPU the servers spend per
+    request (:class:`Point`) moves much less with load."""
     command = [
         "wrk",
         "-t1",
@@ -256,16 +284,46 @@ def run(args: argparse.Namespace) -> list[Point]:
                 for concurrency in args.concurrency:
                     order = CONTENDERS[repeat % 3 :] + CONTENDERS[: repeat % 3]
                     for key in order:
+                        pid = triton.pid if key == "triton" else zeroserve.pid
+                        before = cpu_seconds(pid)
                         rate = wrk(urls[key], script, concurrency, args.duration_s)
-                        point = Point(key, concurrency, repeat, rate, os.getloadavg()[0])
+                        after = cpu_seconds(pid)
+                        served = max(rate * args.duration_s, 1.0)
+                        point = Point(
+                            key,
+                            concurrency,
+                            repeat,
+                            rate,
+                            os.getloadavg()[0],
+                            1e6 * (after[0] - before[0]) / served,
+                            1e6 * (after[1] - before[1]) / served,
+                        )
                         points.append(point)
                         print(
                             f"repeat {repeat} c={concurrency:<3} {key:<20} {rate:9.1f} infer/s "
-                            f"(load {point.load_average:.2f})",
+                            f"CPU/request server {point.server_cpu_us:5.0f} us, stubs "
+                            f"{point.stub_cpu_us:5.0f} us (load {point.load_average:.2f})",
                             flush=True,
                         )
                         time.sleep(args.pause_s)
         return points
+
+
+def cpu_table(points: Sequence[Point], concurrency: Sequence[int]) -> str:
+    """Medians of the CPU per request, server + stubs, in microseconds."""
+    rows = [
+        "| c | zeroserve Triton path | zeroserve in-process | Triton |",
+        "| --- | --- | --- | --- |",
+    ]
+    for c in concurrency:
+        cells = []
+        for key in CONTENDERS:
+            chosen = [p for p in points if p.contender == key and p.concurrency == c]
+            server = statistics.median(p.server_cpu_us for p in chosen)
+            stubs = statistics.median(p.stub_cpu_us for p in chosen)
+            cells.append(f"{server:,.0f} + {stubs:,.0f}")
+        rows.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def table(points: Sequence[Point], concurrency: Sequence[int]) -> str:
@@ -306,7 +364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     points = run(args)
     text = table(points, args.concurrency)
+    cpu = cpu_table(points, args.concurrency)
     print(text)
+    print("CPU per request, server + stubs (us):")
+    print(cpu)
     if args.output is not None:
         args.output.write_text(
             json.dumps(
@@ -314,7 +375,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "model": SPEC.description,
                     "points": [asdict(p) for p in points],
                     "table": text,
+                    "cpu_table_us": cpu,
+                    "load_average": [p.load_average for p in points],
                     "cpu_count": os.cpu_count(),
+                    "machine": machine.describe(
+                        Path(__file__).resolve().parents[1], load_generator="wrk"
+                    ),
                 },
                 indent=2,
             )
