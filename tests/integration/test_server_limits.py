@@ -113,6 +113,8 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
             "OMP_NUM_THREADS": "1",
             "ZEROSERVE_CACHE_DIR": str(tmp_path / "cache"),
             "ZEROSERVE_ADMIN_TOKEN": TOKEN,
+            # Triton's default gRPC port (8001) may be taken on a shared machine.
+            "ZEROSERVE_DATA_PLANE_GRPC_PORT": "0",
         }
         env |= {PREFIXES[kind] + name.upper(): str(value) for name, value in limits.items()}
         with log_path.open("wb") as log:
