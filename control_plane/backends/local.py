@@ -51,9 +51,11 @@ __all__ = ["LocalBackend", "free_port"]
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
-# Short: a forked worker answers some 100 ms after its fork, and each poll is one
-# refused connection until then.
-_LIVE_POLL_S = 0.01
+# How often a starting worker is probed for liveness: a forked worker answers some 20 to
+# 50 ms after its fork, a spawned one after a second of imports, during which each probe
+# would only take CPU from it.
+_FORKED_POLL_S = 0.01
+_SPAWNED_POLL_S = 0.05
 _PORT_ATTEMPTS = 3
 FORKED = "forked"
 SPAWNED = "spawned"
@@ -416,6 +418,7 @@ class LocalBackend(PodBackend):
     async def _wait_live(self, worker: _Worker) -> str | None:
         """None once the worker answers ``/v2/health/live``; else why it never will."""
         url = f"{worker.record.url}/v2/health/live"
+        poll_s = _FORKED_POLL_S if worker.record.start_method == FORKED else _SPAWNED_POLL_S
         deadline = time.monotonic() + self._settings.worker_start_timeout_s
         while time.monotonic() < deadline:
             if worker.process.returncode is not None:
@@ -426,7 +429,7 @@ class LocalBackend(PodBackend):
                     return None
             except httpx.HTTPError:
                 pass
-            await asyncio.sleep(_LIVE_POLL_S)
+            await asyncio.sleep(poll_s)
         return f"no answer to its liveness probe within {self._settings.worker_start_timeout_s:g} s"
 
     async def _terminate(self, worker: _Worker) -> None:
