@@ -17,6 +17,7 @@ stops it on exit, whatever happens.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -187,11 +188,16 @@ def triton_install() -> TritonInstall | str:
     cache = cache_dir()
     install = TritonInstall(cache / "wheel")
     try:
-        if not install.is_complete():
-            reason = _unpack(cache)
-            if reason is not None:
-                return reason
-        reason = _make_numpy_visible(cache)
+        cache.mkdir(parents=True, exist_ok=True)
+        # Test processes running side by side (pytest-xdist) share the cache folder: one
+        # installs while the others wait, then finds it complete.
+        with (cache / ".install.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not install.is_complete():
+                reason = _unpack(cache)
+                if reason is not None:
+                    return reason
+            reason = _make_numpy_visible(cache)
     except (OSError, subprocess.SubprocessError, zipfile.BadZipFile) as exc:
         return f"installing Triton {PYTRITON_VERSION} failed: {exc!r}"
     if reason is not None:
