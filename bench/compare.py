@@ -14,7 +14,7 @@ the same load (closed loop, JSON, at each concurrency; ``wrk`` where it is insta
 * **KServe**'s Python model server with a custom ``kserve.Model`` on ONNX Runtime
   (``bench/peers/kserve_ort.py``), access and latency logs off;
 * **real Triton 2.51** (the ``nvidia-pytriton`` wheel's binary, installed by
-  ``bench/triton.py`` into its cache folder; the wheel has only the Python backend) running
+  ``bench/triton_server.py`` into its cache folder; the wheel has only the Python backend) running
   the same ONNX Runtime call in a ``model.py`` (``bench/python_backend.py``'s), and
   **zeroserve serving that call as a Python model** (``bench/comparison/python_models.py``),
   the yardstick of zeroserve's own ONNX path (skipped, saying why, where the wheel or the
@@ -76,7 +76,7 @@ from bench.comparison.variants import PROTOCOLS, Variant, variant_key, variants
 from bench.comparison.venvs import PeerEnv, ensure_envs, peer_packages
 from bench.loadgen import Target, WrkLoad
 from bench.server import REPO_ROOT, infer_once, request
-from bench.triton import triton_install
+from bench.triton_server import triton_install
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 SERVED_MODEL: Final = models.MODELS["light"]

@@ -36,7 +36,7 @@ from bench.models import (
     write_repository as write_mlp_repository,
 )
 from bench.server import infer_once
-from bench.triton import TritonServer
+from bench.triton_server import TritonServer
 from foundation.proto import grpc_service_pb2 as pb
 from zeroserve.bench import (
     GrpcTarget,

@@ -56,7 +56,7 @@ from bench.grpc_echo import run_echo
 from bench.grpc_points import Point, measure, summary, tables, targets
 from bench.python_backend import onnxruntime_for_triton
 from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
-from bench.triton import TritonServer, run_triton, triton_install
+from bench.triton_server import TritonServer, run_triton, triton_install
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 ZEROSERVE_MODELS: Final = ("light", "mlp_triton", "mlp_inprocess")

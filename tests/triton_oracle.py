@@ -1,7 +1,7 @@
 """Real Triton 2.51 as an oracle: differential tests send the same requests to it and to
 zeroserve and compare the answers.
 
-Installing and running Triton is :mod:`bench.triton`'s (the benchmarks run it too); this
+Installing and running Triton is :mod:`bench.triton_server`'s (the benchmarks run it too); this
 module adds the Python-backend models the tests give it and the fixtures' skips: where
 Triton cannot be installed here, :func:`require_triton` skips the calling test visibly,
 saying why.
@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.triton import (
+from bench.triton_server import (
     PYTRITON_VERSION,
     TritonInstall,
     TritonServer,

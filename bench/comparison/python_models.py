@@ -5,7 +5,7 @@ Runtime, but from ``bench.python_backend``'s ``model.py`` files (one ``Inference
 with ONNX Runtime's default options, the rows of a batch run together):
 
 * :class:`TritonPeer`: real Triton 2.51 from the ``nvidia-pytriton`` wheel
-  (``bench.triton`` installs it into its cache folder and starts it on free ports), Python
+  (``bench.triton_server`` installs it into its cache folder and starts it on free ports), Python
   backend, Triton's contract, in explicit mode loading through its repository API;
 * :class:`ZeroservePython`: ``python -m data_plane`` serving zeroserve's in-process
   contract: the yardstick issue 19 sets the native ONNX runtime against.
@@ -29,7 +29,7 @@ from bench.comparison.contenders import (
     repository_call,
 )
 from bench.models import MAX_BATCH_SIZE, MlpSpec
-from bench.triton import TritonInstall, TritonServer, run_triton
+from bench.triton_server import TritonInstall, TritonServer, run_triton
 
 
 def write_python_models(
