@@ -197,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             _cold_phase(bench, args.repeats)
             _fresh_phase(bench, args.repeats)
             _warm_phase(bench, args.repeats)
-            imports = _import_costs(args.repeats)
+            # --quick (what CI runs) leaves torch out: seconds for a smoke run.
+            imports = _import_costs(args.repeats, with_torch=not args.quick)
         finally:
             moto.stop()
     summary = {case: _summary(bench.runs.get(case, [])) for case in (*CASES, "priming")}
@@ -368,10 +369,11 @@ interpreter's start, the data plane's imports, what the template imports (the da
 and what its start-up imports lazily), and torch (a CUDA pool's workers)."""
 
 
-def _import_costs(repeats: int) -> dict[str, Any]:
+def _import_costs(repeats: int, *, with_torch: bool = True) -> dict[str, Any]:
     """Each of `_IMPORTS` in a new interpreter, in turn ``repeats`` times: medians of the
     wall and CPU seconds (the pod side: a pod's container starts this way)."""
-    kinds = {k: v for k, v in _IMPORTS.items() if k != "torch" or importlib.util.find_spec(k)}
+    has_torch = with_torch and importlib.util.find_spec("torch") is not None
+    kinds = {k: v for k, v in _IMPORTS.items() if k != "torch" or has_torch}
     samples: dict[str, dict[str, list[float]]] = {k: {"wall_s": [], "cpu_s": []} for k in kinds}
     for _ in range(repeats):
         for kind, code in kinds.items():
