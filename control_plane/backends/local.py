@@ -21,25 +21,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
 import logging
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from control_plane.backends.base import PodBackend, PoolSpec, WorkerLost
+from control_plane.backends.processes import (
+    WorkerProcess,
+    die_with_parent_hook,
+    free_port,
+    free_ports,
+    signal_group,
+)
 from control_plane.backends.template import TemplateUnavailableError, WorkerTemplate
 from control_plane.errors import NoCapacityError, WorkerStartError
 from control_plane.settings import ControlPlaneSettings
@@ -50,7 +54,6 @@ __all__ = ["LocalBackend", "free_port"]
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 # How often a starting worker is probed for liveness: a forked worker answers some 20 to
 # 50 ms after its fork, a spawned one after a second of imports, during which each probe
 # would only take CPU from it.
@@ -61,19 +64,6 @@ FORKED = "forked"
 SPAWNED = "spawned"
 
 
-class WorkerProcess(Protocol):
-    """A worker's process as the backend watches it: a spawned child
-    (``asyncio.subprocess.Process``) or a forked one (`template.ForkedProcess`)."""
-
-    @property
-    def pid(self) -> int: ...
-
-    @property
-    def returncode(self) -> int | None: ...
-
-    async def wait(self) -> int: ...
-
-
 @dataclass
 class _Worker:
     record: WorkerRecord
@@ -82,47 +72,6 @@ class _Worker:
     is_stopping: bool = False
     failures: int = 0
     watcher: asyncio.Task[None] | None = field(default=None, repr=False)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on now (the worker binds it a moment later; see the retry)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def _free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct ports nobody listens on now (held together while picked)."""
-    with contextlib.ExitStack() as stack:
-        socks = [
-            stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            for _ in range(count)
-        ]
-        for sock in socks:
-            sock.bind((host, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-
-
-def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child receive SIGKILL when the parent dies (Linux).
-
-    libc is looked up here, in the parent, so that the child runs no imports between fork
-    and exec. The hook also closes the race where the parent died before ``prctl`` ran.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:
-        return None
-    libc = ctypes.CDLL(libc_name, use_errno=True)
-    parent_pid = os.getpid()
-
-    def hook() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return hook
 
 
 class LocalBackend(PodBackend):
@@ -152,7 +101,7 @@ class LocalBackend(PodBackend):
         self._pools: dict[str, PoolSpec] = {}
         self._workers: dict[str, _Worker] = {}
         self._starting: dict[str, int] = {}
-        self._preexec = _die_with_parent_hook()
+        self._preexec = die_with_parent_hook()
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(settings.worker_health_timeout_s),
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
@@ -270,7 +219,7 @@ class LocalBackend(PodBackend):
         when a graceful stop is not possible, e.g. on a second Ctrl-C)."""
         for worker in self._workers.values():
             if worker.process.returncode is None:
-                _signal_group(worker.process.pid, signal.SIGKILL)
+                signal_group(worker.process.pid, signal.SIGKILL)
 
     # ---- processes ----
 
@@ -328,7 +277,7 @@ class LocalBackend(PodBackend):
 
     async def _spawn(self, spec: PoolSpec) -> tuple[_Worker | None, str]:
         """One attempt at starting a worker; (None, why) when it lost its port or failed."""
-        port, grpc_port = _free_ports(2)
+        port, grpc_port = free_ports(2)
         worker_id = f"{spec.name}-{secrets.token_hex(3)}"
         log_path = None
         if self._settings.worker_log_dir is not None:
@@ -438,7 +387,7 @@ class LocalBackend(PodBackend):
             worker.watcher.cancel()
         process = worker.process
         if process.returncode is None:
-            _signal_group(process.pid, signal.SIGTERM)
+            signal_group(process.pid, signal.SIGTERM)
             try:
                 async with asyncio.timeout(self._settings.worker_stop_timeout_s):
                     await process.wait()
@@ -449,7 +398,7 @@ class LocalBackend(PodBackend):
                     self._settings.worker_stop_timeout_s,
                 )
         # Also reaches children the worker left behind after it exited itself.
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         if process.returncode is None:
             await process.wait()
 
@@ -494,8 +443,3 @@ class LocalBackend(PodBackend):
                 task = asyncio.create_task(self._lose(worker), name=f"lose-{worker.record.id}")
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
