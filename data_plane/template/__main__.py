@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     from data_plane.template.server import ForkServer
     from foundation.worker_template import Ready
 
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    # The template shares the platform's standard error: only its problems go there (each
+    # worker logs at INFO into its own log, as `child` sets up).
+    logging.basicConfig(level=logging.WARNING, format=LOG_FORMAT)
     inherited = Inherited(template_pid=os.getpid(), libc=load_libc(), gpu_count=count_gpus())
     ready = Ready(pid=os.getpid(), threads=threading.active_count(), imports_s=imports_s)
     with socket.socket(fileno=args.fd) as sock:
