@@ -14,7 +14,8 @@ With ``worker_template`` on (Linux), a worker is forked from a template process 
 with the backend (`template`), which has imported the data plane already; the worker then
 is the template's child, and the template reports its exit. Stopping, killing and probing
 work on its pid as on a spawned worker's. While the template is starting a worker waits for
-it; where it failed or died, workers are spawned instead.
+it; where it failed or died, the worker is spawned instead and a new template starts in the
+background (a few times at most over the backend's life).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ logger = logging.getLogger(__name__)
 _FORKED_POLL_S = 0.01
 _SPAWNED_POLL_S = 0.05
 _PORT_ATTEMPTS = 3
+_TEMPLATE_RESTARTS = 3
+"""New templates started after the first failed or died, over the backend's life: one that
+keeps failing costs a second of imports each time, and spawning works without it."""
 FORKED = "forked"
 SPAWNED = "spawned"
 
@@ -111,6 +115,8 @@ class LocalBackend(PodBackend):
         self._is_closed = False
         self._template: WorkerTemplate | None = None
         self._template_start: asyncio.Task[Any] | None = None
+        self._template_pool: PoolSpec | None = None
+        self._template_restarts = 0
 
     # ---- PodBackend ----
 
@@ -226,6 +232,7 @@ class LocalBackend(PodBackend):
     def _start_template(self, pool: PoolSpec) -> None:
         if not sys.platform.startswith("linux"):
             return
+        self._template_pool = pool
         # torch only where the pool's models need it: importing it costs seconds and
         # memory in every worker. Importing it does not initialise CUDA.
         preload = ("torch",) if pool.device == "cuda" else ()
@@ -238,6 +245,22 @@ class LocalBackend(PodBackend):
         )
         # Its failure is logged by the template and read by the next fork.
         self._template_start.add_done_callback(lambda task: task.cancelled() or task.exception())
+
+    def _restart_template(self, dead: WorkerTemplate) -> None:
+        """Start a new template in the background in place of ``dead`` (within
+        `_TEMPLATE_RESTARTS`), and let the dead one's process and reader go."""
+        if self._is_closed or self._template is not dead or self._template_pool is None:
+            return
+        if self._template_restarts >= _TEMPLATE_RESTARTS:
+            return
+        self._template_restarts += 1
+        logger.warning(
+            "starting a new worker template (%d of %d)", self._template_restarts, _TEMPLATE_RESTARTS
+        )
+        task = asyncio.create_task(dead.close(), name="worker-template-close")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._start_template(self._template_pool)
 
     def _settings_for(self, port: int, grpc_port: int) -> dict[str, object]:
         """The data plane settings `_command` gives a spawned worker, for a forked one."""
@@ -328,7 +351,10 @@ class LocalBackend(PodBackend):
             # A worker asked for while the template starts waits for it (bounded by the
             # start's timeout): its imports are under way already.
             await asyncio.wait([self._template_start])
-        if template is not None and template.is_usable:
+        if template is not None and not template.is_usable:
+            # This worker is spawned; the next ones may be forked again.
+            self._restart_template(template)
+        elif template is not None:
             try:
                 if log_path is not None:
                     await asyncio.to_thread(log_path.parent.mkdir, parents=True, exist_ok=True)

@@ -148,7 +148,8 @@ async def test_a_forked_worker_serves_and_stops_cleanly(
 
 @pytest.mark.integration
 async def test_a_dead_template_gives_way_to_spawning(backend: tuple[LocalBackend, Lost]):
-    """Killing the template kills its workers (reported lost); the next worker is spawned."""
+    """Killing the template kills its workers (reported lost); the next worker is spawned
+    while a new template starts, and the one after is forked from that."""
     local, lost = backend
     forked = await local.start_worker("default")
     assert local.details(forked.id)["start"] == FORKED
@@ -166,6 +167,14 @@ async def test_a_dead_template_gives_way_to_spawning(backend: tuple[LocalBackend
     assert local.details(spawned.id)["start"] == SPAWNED
     assert spawned.start_method == SPAWNED
     assert await local.health(spawned.id)
+
+    # That start also began a new template, which the next worker is forked from.
+    await local.stop_worker(spawned.id)
+    assert local.template is not None and local.template.pid != template_pid
+    again = await local.start_worker("default")
+    assert again.start_method == FORKED
+    again_pid = local.details(again.id)["pid"]
+    assert isinstance(again_pid, int) and parent_of(again_pid) == local.template.pid
 
 
 async def test_turned_off_no_template_starts(tmp_path: Path):
