@@ -277,6 +277,9 @@ def run_triton(
         f"--metrics-port={metrics_port}",
         "--http-address=127.0.0.1",
         "--grpc-address=127.0.0.1",
+        # The Python backend's shared-memory regions are named by this prefix; two servers
+        # with the default one on a machine (tests side by side) break each other's locks.
+        f"--backend-config=python,shm-region-prefix-name=zeroserve_oracle_{grpc_port}_",
         *args,
     ]
     with log_path.open("wb") as log:
