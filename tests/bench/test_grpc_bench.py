@@ -29,7 +29,8 @@ def _run(command: list[str], cwd: Path) -> str:
 def test_quick_run_as_a_script(tmp_path: Path) -> None:
     """Run by path: bench/ first on sys.path must not let this file shadow grpcio."""
     output = _run(
-        [sys.executable, str(ROOT / "bench" / "grpc_transports.py"), "--quick", "--no-save"], tmp_path
+        [sys.executable, str(ROOT / "bench" / "grpc_transports.py"), "--quick", "--no-save"],
+        tmp_path,
     )
     assert "| c | HTTP/1.1 binary | gRPC | gRPC + system shared memory |" in output
     assert "target: zeroserve gRPC, model.py in Triton's contract >= Triton" in output

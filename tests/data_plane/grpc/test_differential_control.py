@@ -113,7 +113,7 @@ STEPS = [
     differs(
         step("load a model the repository lacks", "RepositoryModelLoad", load("nope")),
         "Triton answers INTERNAL \"failed to load 'nope', failed to poll from model "
-        "repository\"; zeroserve says the same words, then why, as a client error "
+        'repository"; zeroserve says the same words, then why, as a client error '
         "(INVALID_ARGUMENT)",
     ),
     # Each server says in its own words why its model failed; the code is the same.
