@@ -106,17 +106,21 @@ async def test_a_changed_model_is_reloaded_and_requests_taken_finish_on_the_old(
     core, poller, repo = polled
     gate = repo / "a" / "gate"
     gate.touch()
+    old = core.repository.get("a")
     slow = asyncio.create_task(answer(core, "a", value=-1.0))
     model_py = repo / "a" / "1" / "model.py"
     model_py.write_text(TAGGED.format(tag=3.0))
     touch_later(model_py)
     reload = asyncio.create_task(poller.poll_once())
-    # The new version serves once built; the old one drains the request it holds.
+    # The reload swaps the versions without waiting for the slow request. (Asking the old
+    # version meanwhile would queue behind the slow request on its one instance.)
     async with asyncio.timeout(30):
-        while True:  # the reload swaps the versions without waiting for the slow request
-            if await answer(core, "a") == (1, 3.0):
+        while True:
+            if core.repository.get("a") is not old:
                 break
             await asyncio.sleep(0.01)
+    # The new version serves; the old one drains the request it holds.
+    assert await answer(core, "a") == (1, 3.0)
     assert not slow.done()
     gate.unlink()
     async with asyncio.timeout(30):
