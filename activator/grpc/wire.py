@@ -13,7 +13,7 @@ occurrence of a field wins, and a string must be valid UTF-8.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
 
 from activator.sequences import SequenceTag
@@ -170,52 +170,39 @@ _UINT64_MASK: Final = (1 << 64) - 1
 
 def _scalar(data: memoryview) -> tuple[int, int | bytes] | None:
     # InferParameter is a oneof: its one set field, as (field number, value).
-    view = memoryview(data)
-    end = len(view)
-    position = 0
     found: tuple[int, int | bytes] | None = None
-    while position < end:
-        key, position = _varint(view, position, end)
-        number, wire_type = key >> 3, key & 7
-        if wire_type == _VARINT:
-            value, position = _varint(view, position, end)
-            found = (number, value)
-        elif wire_type == _LENGTH_DELIMITED:
-            length, position = _varint(view, position, end)
-            if position + length > end:
-                raise MalformedMessageError("a length-delimited field runs past the end")
-            found = (number, bytes(view[position : position + length]))
-            position += length
-        elif wire_type == _FIXED64:
-            position += 8
-        elif wire_type == _FIXED32:
-            position += 4
-        else:
-            raise MalformedMessageError(f"wire type {wire_type}")
-    if position > end:
-        raise MalformedMessageError("a fixed-size field runs past the end")
+    for number, value in _fields(data):
+        found = (number, value if isinstance(value, int) else bytes(value))
     return found
 
 
 def _repeated(data: bytes | memoryview, number: int) -> list[memoryview]:
     # Every occurrence of a length-delimited field (a map's entries), in order.
-    view = memoryview(data)
-    entries: list[memoryview] = []
+    return [
+        value
+        for field, value in _fields(memoryview(data))
+        if field == number and isinstance(value, memoryview)
+    ]
+
+
+def _fields(view: memoryview) -> Iterator[tuple[int, int | memoryview]]:
+    # Each varint or length-delimited field as (field number, value), in order; fixed-size
+    # fields are skipped. (The hot path, _length_delimited, reads its fields inline.)
     end = len(view)
     position = 0
     while position < end:
         key, position = _varint(view, position, end)
-        wire_type = key & 7
-        if wire_type == _LENGTH_DELIMITED:
+        number, wire_type = key >> 3, key & 7
+        if wire_type == _VARINT:
+            value, position = _varint(view, position, end)
+            yield number, value
+        elif wire_type == _LENGTH_DELIMITED:
             length, position = _varint(view, position, end)
             stop = position + length
             if stop > end:
                 raise MalformedMessageError("a length-delimited field runs past the end")
-            if key >> 3 == number:
-                entries.append(view[position:stop])
+            yield number, view[position:stop]
             position = stop
-        elif wire_type == _VARINT:
-            _, position = _varint(view, position, end)
         elif wire_type == _FIXED64:
             position += 8
         elif wire_type == _FIXED32:
@@ -224,4 +211,3 @@ def _repeated(data: bytes | memoryview, number: int) -> list[memoryview]:
             raise MalformedMessageError(f"wire type {wire_type}")
     if position > end:
         raise MalformedMessageError("a fixed-size field runs past the end")
-    return entries
