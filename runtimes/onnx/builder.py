@@ -22,7 +22,7 @@ from foundation.proto import model_config_pb2 as mc
 from runtimes.base import RuntimeOptions, instance_count
 from runtimes.errors import ModelLoadError
 from runtimes.onnx.providers import CPU, TENSORRT, Provider, choose_providers, tensorrt_version
-from runtimes.onnx.threads import ThreadPolicy, choose_threads
+from runtimes.onnx.threads import ThreadPolicy, choose_threads, latency_threads
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +33,9 @@ INTER_OP_THREADS_PARAMETER: Final = "inter_op_thread_count"
 ALLOW_SPINNING_PARAMETER: Final = "allow_spinning"
 """Config ``parameters`` key: ``true``/``false`` lets ONNX Runtime's idle threads spin or not.
 
-Unset, :func:`runtimes.onnx.threads.choose_threads` decides (with the thread count): a
-small model runs on one thread with no pool to spin, a large one spins its pool.
+Unset, :mod:`runtimes.onnx.threads` decides (with the thread count): a small model runs on
+one thread with no pool to spin, switching to a spinning pool while it is latency-bound; a
+large one spins its pool.
 """
 DISABLE_PREPACKING_PARAMETER: Final = "disable_prepacking"
 """Config ``parameters`` key: ``true`` skips weight prepacking at session creation.
@@ -106,9 +107,10 @@ class SessionBuilder:
             )
         return value
 
-    def session_options(self) -> ort.SessionOptions:
-        """Fresh options with the thread counts, spinning and prepacking this model gets."""
-        policy = self.thread_policy()
+    def session_options(self, policy: ThreadPolicy | None = None) -> ort.SessionOptions:
+        """Fresh options with the thread counts (``policy``, by default
+        :meth:`thread_policy`'s), spinning and prepacking this model gets."""
+        policy = policy or self.thread_policy()
         options = ort.SessionOptions()
         options.intra_op_num_threads = policy.intra_op_threads
         options.inter_op_num_threads = self._thread_count(
@@ -137,6 +139,24 @@ class SessionBuilder:
             # size-based choice.
             is_spinning = chosen.is_spinning and threads != 1
         return ThreadPolicy(intra_op_threads=threads, is_spinning=is_spinning)
+
+    def latency_policy(self, device: str) -> ThreadPolicy | None:
+        """The wide session's threads for while the model is latency-bound
+        (:func:`runtimes.onnx.threads.latency_threads`), or None: also on a GPU, and when
+        the configuration or the server sets threads or spinning, which then hold for
+        every batch."""
+        configured = (INTRA_OP_THREADS_PARAMETER, ALLOW_SPINNING_PARAMETER)
+        if (
+            device != "cpu"
+            or self.options.intra_op_threads
+            or any(key in self.config.parameters for key in configured)
+        ):
+            return None
+        return latency_threads(
+            weight_bytes=self.weight_bytes,
+            max_batch_size=self.config.max_batch_size,
+            cores=self.cores,
+        )
 
     def open(
         self, path: Path, options: ort.SessionOptions, providers: list[Provider]

@@ -2,7 +2,10 @@
 
 One ``InferenceSession`` per loaded version, shared by the runtime's executor threads (one
 per configured instance): ``InferenceSession.run`` is thread-safe, so instances cost
-threads, not copies of the weights. How the session is opened is
+threads, not copies of the weights. A small batching model on a CPU of several cores
+gets a second session on a wide, spinning pool for its small batches
+(:mod:`runtimes.onnx.threads` says why): a second copy of weights under 32 MiB, and
+10-30 ms more load time. How the session is opened is
 :mod:`runtimes.onnx.builder`'s (providers, options) and, with a node cache folder
 (``RuntimeOptions.cache_dir``), :mod:`runtimes.onnx.engine_cache`'s; what it serves and
 how values cross is :mod:`runtimes.onnx.session`'s.
@@ -176,7 +179,17 @@ class OnnxRuntime(ExecutorRuntime):
                     active,
                     extra={"model": self.name, "device": device},
                 )
-            return Session.create(session, config, active, builder.load_error), pin, hit
+            made = Session.create(session, config, active, builder.load_error)
+            wide = builder.latency_policy(device)
+            if wide is not None:
+                made = made.with_latency_session(
+                    builder.open(
+                        path,
+                        builder.session_options(wide),
+                        builder.providers(device, trt_cache=None),
+                    )
+                )
+            return made, pin, hit
         except BaseException:
             if pin is not None:
                 pin.release()

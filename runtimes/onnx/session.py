@@ -9,7 +9,7 @@ server's kinds.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -20,6 +20,7 @@ from foundation.proto import model_config_pb2 as mc
 from foundation.sequence_config import sequence_inputs, sequence_outputs
 from runtimes.errors import InternalError, InvalidArgumentError, ModelLoadError
 from runtimes.onnx.dtypes import ORT_TYPES, bf16_ortvalue_to_float32, from_engine, to_engine
+from runtimes.onnx.threads import is_latency_bound
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,14 @@ class Tensor:
     name: str
     datatype: str
     """Protocol datatype (``FP32``)."""
+
+
+@dataclass
+class _Load:
+    """Which session the last batch ran on (see :func:`is_latency_bound`)."""
+
+    is_latency_bound: bool = True
+    """An idle model's first batches are small: it starts latency-bound."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,11 @@ class Session:
     outputs: tuple[Tensor, ...]
     providers: tuple[str, ...]
     has_bf16: bool
+    max_batch_size: int = 0
+    latency_session: ort.InferenceSession | None = None
+    """The same model on a wide, spinning pool, run while batches are small
+    (:mod:`runtimes.onnx.threads`); None: ``session`` runs every batch."""
+    _load: _Load = field(default_factory=_Load, compare=False, repr=False)
 
     @classmethod
     def create(
@@ -70,7 +84,24 @@ class Session:
         if has_bf16 and any(t.datatype == "BYTES" for t in tensors):
             # BF16 needs I/O binding (numpy has no bfloat16), which ORT refuses for strings.
             raise load_error("models mixing BF16 and BYTES tensors are not supported")
-        return cls(session, inputs, outputs, tuple(providers), has_bf16)
+        return cls(session, inputs, outputs, tuple(providers), has_bf16, config.max_batch_size)
+
+    def with_latency_session(self, session: ort.InferenceSession) -> Session:
+        """This session, running small batches on ``session`` (the same model)."""
+        return replace(self, latency_session=session, _load=_Load())
+
+    def session_for(self, rows: int) -> ort.InferenceSession:
+        """The session a batch of ``rows`` runs on; updates which one the next batch's
+        choice starts from."""
+        if self.latency_session is None:
+            return self.session
+        # Executions may overlap with several instances; the flag is one bool, and a
+        # stale read only picks the other session for one batch.
+        wide = is_latency_bound(
+            was=self._load.is_latency_bound, rows=rows, max_batch_size=self.max_batch_size
+        )
+        self._load.is_latency_bound = wide
+        return self.latency_session if wide else self.session
 
     def run(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run one batch on the calling thread (an executor worker)."""
@@ -83,8 +114,12 @@ class Session:
                 raise InvalidArgumentError(f"expected inference input {tensor.name!r}")
             feeds[tensor.name] = to_engine(tensor.name, tensor.datatype, batch[tensor.name])
         names = [t.name for t in self.outputs]
+        session = self.session_for(_rows(batch)) if self.max_batch_size else self.session
         try:
-            values = self._run_bound(feeds) if self.has_bf16 else self.session.run(names, feeds)
+            if self.has_bf16:
+                values = self._run_bound(session, feeds)
+            else:
+                values = session.run(names, feeds)
         except Exception as exc:
             if isinstance(exc, ort.capi.onnxruntime_pybind11_state.InvalidArgument):
                 raise InvalidArgumentError(str(exc)) from exc
@@ -93,10 +128,12 @@ class Session:
             t.name: from_engine(t.datatype, v) for t, v in zip(self.outputs, values, strict=True)
         }
 
-    def _run_bound(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+    def _run_bound(
+        self, session: ort.InferenceSession, feeds: Mapping[str, Any]
+    ) -> list[np.ndarray]:
         # Only I/O binding lets bfloat16 cross the Python boundary; outputs bound to "cpu"
         # come back as host OrtValues whose bytes we can copy.
-        binding = self.session.io_binding()
+        binding = session.io_binding()
         for name, value in feeds.items():
             if isinstance(value, np.ndarray):
                 binding.bind_cpu_input(name, value)
@@ -104,7 +141,7 @@ class Session:
                 binding.bind_ortvalue_input(name, value)
         for tensor in self.outputs:
             binding.bind_output(tensor.name, "cpu")
-        self.session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         results: list[np.ndarray] = []
         for tensor, value in zip(self.outputs, binding.get_outputs(), strict=True):
             if tensor.datatype == "BF16":
@@ -112,6 +149,13 @@ class Session:
             else:
                 results.append(value.numpy())
         return results
+
+
+def _rows(batch: Mapping[str, np.ndarray]) -> int:
+    """A batching model's batch rows: dim 0 of its inputs."""
+    for array in batch.values():
+        return int(array.shape[0]) if array.ndim else 1
+    return 1
 
 
 def _select(

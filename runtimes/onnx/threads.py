@@ -1,26 +1,37 @@
-"""How many threads an ONNX Runtime session gets, and whether they spin: a pure decision.
+"""How many threads an ONNX Runtime session gets, and whether they spin: pure decisions.
 
 The CPU provider runs each operator on an intra-op pool: the thread calling ``run`` plus
 ``intra_op_num_threads - 1`` workers. Handing a parallel section to a worker costs a wake-up
 (a futex, and on a VM an inter-processor interrupt when the other vCPU is idle) unless the
 worker spins, and spinning burns a core the server's event loop needs. Measured on the
-2-core VM with the light MLP (9.6 MB, issue 19):
+2-core VM with the light MLP (9.6 MB, issue 19), the server otherwise quiet:
 
-* a batch-1 run takes the same ~130 us on one thread as on a pool of two, and a batch of 8
-  the same ~370 us, because such a GEMV is too short to share; the pool only adds CPU
-  (154 against 165-322 us of CPU per batch-1 call, the most with spinning on);
-* served, a pool that sleeps loses at c=1 (its worker is woken three or four times per
-  request), one that spins loses at c=64 (it takes the event loop's core), and one thread
-  with no pool loses at neither: no wake-ups, no spinning, one core left to the loop;
+* a batch-1 run takes 142 us on one thread and 74-85 us on a spinning pool of two (170 us of
+  CPU), a batch of 8 374 against 250 us, of 32 1,507 against 797 us: the GEMVs do share;
+* served with one instance, the spinning pool also halves the executor hand-offs (31 + 27
+  against 47 + 51 us at c=1), since the other vCPU never halts; it wins while the model
+  waits for requests (c=1: 2,600 against 2,100 infer/s; c=8: 6,300 against 4,900) and loses
+  badly once the event loop is the bottleneck (c=64: 7,000 against 10,300), its spinning
+  taking the loop's core. A pool that sleeps, or stops spinning after each run
+  (``session.force_spinning_stop``), loses at c=1 and c=8 without winning c=64;
 * for a large model (168 MB heavy MLP) the engine is the bottleneck and a spinning pool
   serves 1,300-1,450 infer/s against 1,000 with a sleeping one.
 
-So a small model gets one thread and no pool; a large one shares the machine's cores among
-its instances (each instance runs a batch at once on its own executor thread, and all of
-them share one pool), spinning when it has a pool to keep awake. Batch size does not enter:
-the session's threads are fixed when it is created while batches vary call by call, and
-the batches a small model sees (up to its ``max_batch_size`` of rows) gained nothing from a
-second thread here. The model configuration's ``parameters`` override each choice.
+No one session wins at every load, so a small model with batching on a machine of several
+cores opens two: its main one on one thread with no pool (what serves a loaded server) and a
+wide one on every core, spinning, for while the model is latency-bound.
+:func:`is_latency_bound` switches between them batch by batch on the batch's rows, the
+dynamic batcher's own measure of load: a full batch means requests pile up faster than
+batches drain (the loop is busy), a batch of at most a quarter of the maximum means the
+model waits for work; in between the last choice holds, so that the switch does not flap
+(a wide run is short, so the next batch is smaller: switching on one threshold made c=32
+and c=64 alternate between the sessions and lose 15-20 %). The queue length is no signal:
+under load the requests wait unread in the sockets, not in the batcher's queue.
+
+A large model shares the machine's cores among its instances (each instance runs a batch at
+once on its own executor thread, and all of them share one pool), spinning when it has a
+pool to keep awake. The model configuration's ``parameters`` override each choice, and a
+model whose threads are configured gets that one session.
 """
 
 from __future__ import annotations
@@ -49,3 +60,23 @@ def choose_threads(*, weight_bytes: int, instances: int, cores: int) -> ThreadPo
         return ThreadPolicy(intra_op_threads=1, is_spinning=False)
     threads = max(1, cores // max(1, instances))
     return ThreadPolicy(intra_op_threads=threads, is_spinning=threads > 1)
+
+
+def latency_threads(*, weight_bytes: int, max_batch_size: int, cores: int) -> ThreadPolicy | None:
+    """The wide session a model also gets for while it is latency-bound, or None for one
+    session only: large models (their pool already spans the cores), models without
+    batching (every batch is one request: rows say nothing of load) and one-core machines.
+    """
+    if weight_bytes >= SMALL_MODEL_MAX_BYTES or max_batch_size < 1 or cores < 2:
+        return None
+    return ThreadPolicy(intra_op_threads=cores, is_spinning=True)
+
+
+def is_latency_bound(*, was: bool, rows: int, max_batch_size: int) -> bool:
+    """Whether the batch of ``rows`` should run on the wide session, given whether the
+    previous one did (see the module docstring)."""
+    if rows >= max_batch_size:
+        return False
+    if rows <= max(1, max_batch_size // 4):
+        return True
+    return was

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Literal
@@ -22,6 +23,7 @@ from runtimes.base import RuntimeOptions, RuntimeState
 from runtimes.errors import InvalidArgumentError, ModelLoadError, ModelNotReadyError
 from runtimes.onnx.builder import SessionBuilder
 from runtimes.onnx.runtime import OnnxRuntime
+from runtimes.onnx.threads import ThreadPolicy
 from tests.models import (
     ONNX_ELEM_TYPES,
     ONNX_IR_VERSION,
@@ -353,6 +355,58 @@ def test_server_thread_setting_overrides_the_policy(tmp_path: Path) -> None:
     config = read_config(write_onnx_mlp(tmp_path, "mlp"))
     builder = SessionBuilder("mlp", config, RuntimeOptions(intra_op_threads=2), 2**20, cores=4)
     assert builder.session_options().intra_op_num_threads == 2
+
+
+@pytest.mark.parametrize(
+    ("parameters", "device", "max_batch_size", "server_threads", "expected"),
+    [
+        pytest.param({}, "cpu", 8, 0, ThreadPolicy(4, True), id="small-batching-cpu"),
+        pytest.param({}, "cuda:0", 8, 0, None, id="gpu"),
+        pytest.param({}, "cpu", 0, 0, None, id="no-batching"),
+        pytest.param({}, "cpu", 8, 2, None, id="server-sets-threads"),
+        pytest.param({"intra_op_thread_count": "1"}, "cpu", 8, 0, None, id="threads-configured"),
+        pytest.param({"allow_spinning": "false"}, "cpu", 8, 0, None, id="spinning-configured"),
+    ],
+)
+def test_a_wide_session_only_where_nothing_configures_threads(
+    tmp_path: Path,
+    parameters: dict[str, str],
+    device: str,
+    max_batch_size: int,
+    server_threads: int,
+    expected: ThreadPolicy | None,
+) -> None:
+    config = read_config(write_onnx_mlp(tmp_path, "mlp", max_batch_size=max_batch_size))
+    for key, value in parameters.items():
+        config.parameters[key].string_value = value
+    options = RuntimeOptions(intra_op_threads=server_threads)
+    builder = SessionBuilder("mlp", config, options, 2**20, cores=4)
+    assert builder.latency_policy(device) == expected
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores for a wide pool")
+async def test_small_batches_run_wide_and_full_ones_narrow(tmp_path: Path) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp", max_batch_size=8)
+    runtime = await load_runtime(OnnxRuntime, model_dir)
+    try:
+        session = runtime._session
+        assert session is not None and session.latency_session is not None
+        wide_options = session.latency_session.get_session_options()
+        assert wide_options.intra_op_num_threads == len(os.sched_getaffinity(0))
+        assert session.session.get_session_options().intra_op_num_threads == 1
+        rows = np.random.default_rng(0).random((8, 16), dtype=np.float32)
+        expected = session.session.run(None, {"INPUT0": rows})[0]
+        # Whichever session runs it, a batch gets the same answer; the last batch's
+        # rows say which one the next starts from.
+        for count, is_wide in [(1, True), (8, False), (5, False), (2, True), (5, True)]:
+            outputs = await runtime.infer({"INPUT0": rows[:count]})
+            np.testing.assert_allclose(outputs["OUTPUT0"], expected[:count], rtol=1e-5)
+            assert session.session_for(count) is (
+                session.latency_session if is_wide else session.session
+            )
+    finally:
+        await runtime.unload()
 
 
 @pytest.mark.anyio
