@@ -760,7 +760,9 @@ def _document(
                 "inter_op_num_threads": engine_module.INTER_OP_THREADS,
                 "threads": "runtimes.onnx.threads.choose_threads (all ONNX servers): one "
                 "intra-op thread and no spinning under 32 MiB of weights, else a spinning pool "
-                "of the cores per instance",
+                "of the cores per instance; zeroserve also opens a small batching model on a "
+                "spinning pool of every core for batches of at most a quarter of "
+                "max_batch_size (runtimes.onnx.threads.latency_threads)",
             },
             "zeroserve_batching": models.config_text(SERVED_MODEL, max_queue_delay_us=0),
             "mlserver_batching": {
