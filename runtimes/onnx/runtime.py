@@ -44,8 +44,10 @@ class OnnxRuntime(ExecutorRuntime):
     """Serves ``model.onnx`` files with ONNX Runtime.
 
     Thread-safety: :meth:`infer` may be awaited concurrently; at most ``instance count``
-    batches run at once, on threads named ``ort-<model>``. :meth:`load` and :meth:`unload`
-    must not overlap each other or :meth:`infer` (the repository serializes them).
+    batches run at once, on threads named ``ort-<model>`` (a small model's one-row batches
+    on the event loop itself, :func:`runtimes.onnx.threads.runs_on_event_loop`).
+    :meth:`load` and :meth:`unload` must not overlap each other or :meth:`infer` (the
+    repository serializes them).
     """
 
     kind = "onnxruntime"
@@ -120,6 +122,8 @@ class OnnxRuntime(ExecutorRuntime):
         session, executor = self._session, self._executor
         if self.state is not RuntimeState.READY or session is None or executor is None:
             raise ModelNotReadyError(f"model '{self.name}' version {self.version} is not ready")
+        if session.runs_inline(batch):
+            return session.run(batch)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(executor, session.run, batch)
 

@@ -20,7 +20,7 @@ from foundation.proto import model_config_pb2 as mc
 from foundation.sequence_config import sequence_inputs, sequence_outputs
 from runtimes.errors import InternalError, InvalidArgumentError, ModelLoadError
 from runtimes.onnx.dtypes import ORT_TYPES, bf16_ortvalue_to_float32, from_engine, to_engine
-from runtimes.onnx.threads import is_latency_bound
+from runtimes.onnx.threads import is_latency_bound, runs_on_event_loop
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,12 @@ class Session:
     def with_latency_session(self, session: ort.InferenceSession) -> Session:
         """This session, running small batches on ``session`` (the same model)."""
         return replace(self, latency_session=session, _load=_Load())
+
+    def runs_inline(self, batch: Mapping[str, np.ndarray]) -> bool:
+        """Whether ``batch`` runs on the awaiting thread (:func:`runs_on_event_loop`)."""
+        return runs_on_event_loop(
+            rows=_rows(batch), has_latency_session=self.latency_session is not None
+        )
 
     def session_for(self, rows: int) -> ort.InferenceSession:
         """The session a batch of ``rows`` runs on; updates which one the next batch's

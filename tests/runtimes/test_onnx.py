@@ -410,6 +410,27 @@ async def test_small_batches_run_wide_and_full_ones_narrow(tmp_path: Path) -> No
 
 
 @pytest.mark.anyio
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores for a wide pool")
+async def test_a_one_row_batch_runs_on_the_event_loop_and_larger_ones_off_it(
+    tmp_path: Path,
+) -> None:
+    model_dir = write_onnx_mlp(tmp_path, "mlp", max_batch_size=8)
+    runtime = await load_runtime(OnnxRuntime, model_dir)
+    try:
+        rows = np.random.default_rng(1).random((2, 16), dtype=np.float32)
+        expected = (await runtime.infer({"INPUT0": rows}))["OUTPUT0"]
+        # With the executor shut down, only a batch that never reaches it can be answered.
+        assert runtime._executor is not None
+        runtime._executor.shutdown(wait=True)
+        outputs = await runtime.infer({"INPUT0": rows[:1]})
+        np.testing.assert_allclose(outputs["OUTPUT0"], expected[:1], rtol=1e-5)
+        with pytest.raises(RuntimeError, match="shutdown"):
+            await runtime.infer({"INPUT0": rows})
+    finally:
+        await runtime.unload()
+
+
+@pytest.mark.anyio
 @pytest.mark.parametrize("spelling", ["absolute", "dot-dot"])
 async def test_default_model_filename_cannot_open_a_model_outside(
     tmp_path: Path, spelling: str

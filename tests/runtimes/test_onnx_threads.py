@@ -10,6 +10,7 @@ from runtimes.onnx.threads import (
     choose_threads,
     is_latency_bound,
     latency_threads,
+    runs_on_event_loop,
 )
 
 MIB = 2**20
@@ -79,3 +80,17 @@ def test_latency_session_table(
 )
 def test_latency_bound_switch(was: bool, rows: int, max_batch_size: int, expected: bool) -> None:
     assert is_latency_bound(was=was, rows=rows, max_batch_size=max_batch_size) is expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "has_latency_session", "expected"),
+    [
+        pytest.param(1, True, True, id="one-row-small-model"),
+        pytest.param(2, True, False, id="two-rows"),
+        pytest.param(1, False, False, id="large-or-unbatched-model"),
+    ],
+)
+def test_only_a_small_models_one_row_batch_runs_on_the_event_loop(
+    rows: int, has_latency_session: bool, expected: bool
+) -> None:
+    assert runs_on_event_loop(rows=rows, has_latency_session=has_latency_session) is expected
