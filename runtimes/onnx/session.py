@@ -18,6 +18,7 @@ import onnxruntime as ort
 from foundation import datatypes
 from foundation.proto import model_config_pb2 as mc
 from foundation.sequence_config import sequence_inputs, sequence_outputs
+from runtimes.base import instance_count
 from runtimes.errors import InternalError, InvalidArgumentError, ModelLoadError
 from runtimes.onnx.dtypes import ORT_TYPES, bf16_ortvalue_to_float32, from_engine, to_engine
 from runtimes.onnx.threads import is_latency_bound, runs_on_event_loop
@@ -54,6 +55,8 @@ class Session:
     providers: tuple[str, ...]
     has_bf16: bool
     max_batch_size: int = 0
+    instances: int = 1
+    """How many batches may run at once (the configuration's instance count)."""
     latency_session: ort.InferenceSession | None = None
     """The same model on a wide, spinning pool, run while batches are small
     (:mod:`runtimes.onnx.threads`); None: ``session`` runs every batch."""
@@ -84,7 +87,15 @@ class Session:
         if has_bf16 and any(t.datatype == "BYTES" for t in tensors):
             # BF16 needs I/O binding (numpy has no bfloat16), which ORT refuses for strings.
             raise load_error("models mixing BF16 and BYTES tensors are not supported")
-        return cls(session, inputs, outputs, tuple(providers), has_bf16, config.max_batch_size)
+        return cls(
+            session,
+            inputs,
+            outputs,
+            tuple(providers),
+            has_bf16,
+            config.max_batch_size,
+            instance_count(config),
+        )
 
     def with_latency_session(self, session: ort.InferenceSession) -> Session:
         """This session, running small batches on ``session`` (the same model)."""
@@ -93,7 +104,9 @@ class Session:
     def runs_inline(self, batch: Mapping[str, np.ndarray]) -> bool:
         """Whether ``batch`` runs on the awaiting thread (:func:`runs_on_event_loop`)."""
         return runs_on_event_loop(
-            rows=_rows(batch), has_latency_session=self.latency_session is not None
+            rows=_rows(batch),
+            has_latency_session=self.latency_session is not None,
+            instances=self.instances,
         )
 
     def session_for(self, rows: int) -> ort.InferenceSession:

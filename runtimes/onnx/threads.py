@@ -82,12 +82,14 @@ def is_latency_bound(*, was: bool, rows: int, max_batch_size: int) -> bool:
     return was
 
 
-def runs_on_event_loop(*, rows: int, has_latency_session: bool) -> bool:
+def runs_on_event_loop(*, rows: int, has_latency_session: bool, instances: int) -> bool:
     """Whether a batch runs on the thread that awaits it (the event loop) rather than on an
-    executor thread: a one-row batch of a model small enough for a latency session. Such a
-    run takes about what the two hand-offs to an executor thread and back cost (85 against
-    58 us on the 2-core VM, light MLP on the spinning pool), so it stalls the loop no longer
-    than the hand-off would occupy it, and it saves a quarter of the round trip at c=1
-    (3,220 against 2,432 infer/s; c=8 and c=64 unchanged). Larger batches only form when
-    requests queue, and then the loop has other requests to read."""
-    return has_latency_session and rows == 1
+    executor thread: a one-row batch of a one-instance model small enough for a latency
+    session. Such a run takes about what the two hand-offs to an executor thread and back
+    cost (85 against 58 us on the 2-core VM, light MLP on the spinning pool), and it saves a
+    quarter of the round trip at c=1 (3,220 against 2,432 infer/s; c=8 and c=64 unchanged).
+    With one instance a one-row batch means nothing else was waiting; with several, idle
+    instances take one-row batches under load too, and running them on the loop cost the
+    demo model (two instances) a quarter of its closed-loop capacity at c=8 (6,834 against
+    9,043 requests/s)."""
+    return has_latency_session and rows == 1 and instances == 1

@@ -83,14 +83,18 @@ def test_latency_bound_switch(was: bool, rows: int, max_batch_size: int, expecte
 
 
 @pytest.mark.parametrize(
-    ("rows", "has_latency_session", "expected"),
+    ("rows", "has_latency_session", "instances", "expected"),
     [
-        pytest.param(1, True, True, id="one-row-small-model"),
-        pytest.param(2, True, False, id="two-rows"),
-        pytest.param(1, False, False, id="large-or-unbatched-model"),
+        pytest.param(1, True, 1, True, id="one-row-small-model"),
+        pytest.param(2, True, 1, False, id="two-rows"),
+        pytest.param(1, False, 1, False, id="large-or-unbatched-model"),
+        pytest.param(1, True, 2, False, id="two-instances"),
     ],
 )
 def test_only_a_small_models_one_row_batch_runs_on_the_event_loop(
-    rows: int, has_latency_session: bool, expected: bool
+    rows: int, has_latency_session: bool, instances: int, expected: bool
 ) -> None:
-    assert runs_on_event_loop(rows=rows, has_latency_session=has_latency_session) is expected
+    chosen = runs_on_event_loop(
+        rows=rows, has_latency_session=has_latency_session, instances=instances
+    )
+    assert chosen is expected
