@@ -44,8 +44,8 @@ class OnnxRuntime(ExecutorRuntime):
     """Serves ``model.onnx`` files with ONNX Runtime.
 
     Thread-safety: :meth:`infer` may be awaited concurrently; at most ``instance count``
-    batches run at once, on threads named ``ort-<model>`` (a small model's one-row batches
-    on the event loop itself, :func:`runtimes.onnx.threads.runs_on_event_loop`).
+    batches run at once, on threads named ``ort-<model>`` (a small one-instance model's
+    one-row batches on the event loop, :func:`runtimes.onnx.threads.runs_on_event_loop`).
     :meth:`load` and :meth:`unload` must not overlap each other or :meth:`infer` (the
     repository serializes them).
     """

@@ -133,7 +133,7 @@ class Session:
                 raise InvalidArgumentError(f"expected inference input {tensor.name!r}")
             feeds[tensor.name] = to_engine(tensor.name, tensor.datatype, batch[tensor.name])
         names = [t.name for t in self.outputs]
-        session = self.session_for(_rows(batch)) if self.max_batch_size else self.session
+        session = self.session_for(_rows(batch))
         try:
             if self.has_bf16:
                 values = self._run_bound(session, feeds)
