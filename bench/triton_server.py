@@ -279,7 +279,7 @@ def run_triton(
         "--grpc-address=127.0.0.1",
         # The Python backend's shared-memory regions are named by this prefix; two servers
         # with the default one on a machine (tests side by side) break each other's locks.
-        f"--backend-config=python,shm-region-prefix-name=zeroserve_oracle_{grpc_port}_",
+        f"--backend-config=python,shm-region-prefix-name={_shm_prefix(grpc_port)}",
         *args,
     ]
     with log_path.open("wb") as log:
@@ -296,6 +296,18 @@ def run_triton(
         yield server
     finally:
         _stop(process)
+        _remove_regions(_shm_prefix(grpc_port))
+
+
+def _shm_prefix(grpc_port: int) -> str:
+    return f"zeroserve_oracle_{grpc_port}_"
+
+
+def _remove_regions(prefix: str) -> None:
+    # Triton leaves its stubs' regions in /dev/shm when it is killed or a model fails to
+    # initialize; the prefix is this server's alone, so what is left under it is garbage.
+    for region in Path("/dev/shm").glob(f"{prefix}*"):
+        region.unlink(missing_ok=True)
 
 
 def _wait_ready(server: TritonServer) -> None:

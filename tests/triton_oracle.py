@@ -44,6 +44,7 @@ __all__ = [
     "run_triton",
     "triton_for",
     "triton_install",
+    "triton_refusal",
     "write_python_backend_model",
 ]
 
@@ -110,6 +111,35 @@ def triton_for(repository: Path, log_dir: Path, *args: str) -> Iterator[TritonSe
     it): what a fixture yields."""
     with run_triton(require_triton(), repository, log_dir, *args) as server:
         yield server
+
+
+REFUSAL_WAIT_S = 90.0
+"""How long a Triton of its own gets to answer the load of a model it refuses."""
+
+
+def triton_refusal(repository: Path, log_dir: Path, model: str) -> httpx.Response:
+    """Triton's answer to loading ``model`` from ``repository``, asked of a Triton of its
+    own (explicit model control, nothing else loaded) that is stopped afterwards.
+
+    Triton 2.51's Python backend can wait forever on a stub whose model it then refuses
+    (fixed after 2.51: triton-inference-server/python_backend PR #408); such a load hung a
+    shared oracle in CI and every later test on it failed. A Triton of its own keeps that
+    away from other tests; a hang is retried once on a fresh Triton, then skips visibly
+    with the log's tail, since the oracle had no answer to give."""
+    tails: list[str] = []
+    for _attempt in range(2):
+        with triton_for(repository, log_dir, "--model-control-mode=explicit") as triton:
+            try:
+                return httpx.post(
+                    f"{triton.http_url}/v2/repository/models/{model}/load",
+                    timeout=REFUSAL_WAIT_S,
+                )
+            except httpx.TimeoutException:
+                tails.append(triton.log()[-1500:])
+    pytest.skip(
+        f"Triton {PYTRITON_VERSION} did not answer the load of '{model}' within "
+        f"{REFUSAL_WAIT_S:.0f} s, twice (python_backend PR #408); its log ends:\n{tails[-1]}"
+    )
 
 
 @dataclass(frozen=True)
