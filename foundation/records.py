@@ -50,6 +50,9 @@ class ModelRecord:
     platform: str = ""
     config: dict[str, Any] | None = None
     """Triton ModelConfig fields as JSON; None when the stored model has config.pbtxt."""
+    bls_models: tuple[str, ...] = ()
+    """Models this one calls through BLS: placed, loaded and unloaded with it on its worker
+    (its code names them, which the control plane does not read)."""
     scaling: ScalingSpec = field(default_factory=ScalingSpec)
     resources: ResourceSpec = field(default_factory=ResourceSpec)
     generation: int = 1
@@ -65,6 +68,7 @@ class ModelRecord:
         return cls(
             **{
                 **doc,
+                "bls_models": tuple(doc.get("bls_models", ())),
                 "scaling": ScalingSpec(**doc.get("scaling", {})),
                 "resources": ResourceSpec(**doc.get("resources", {})),
             }

@@ -384,6 +384,14 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     register.add_argument("--device", choices=["cpu", "cuda"], default=None)
     register.add_argument("--memory-bytes", type=int, default=None)
+    register.add_argument(
+        "--bls-model",
+        dest="bls_models",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a model this one calls through BLS, placed with it (repeat for several)",
+    )
     actions.add_parser("ls", help="list models")
     for action, text in (
         ("show", "a model and its status"),
@@ -409,39 +417,11 @@ def _models(args: argparse.Namespace) -> int:
     settings = AdminClientSettings(**overrides)  # type: ignore[arg-type]
     body: dict[str, object] | None = None
     if args.action == "register":
-        body = {"name": args.name, "storage_uri": args.storage_uri}
-        for option in ("backend", "platform"):
-            if getattr(args, option) is not None:
-                body[option] = getattr(args, option)
-        if args.config is not None:
-            text = args.config
-            if text.startswith("@"):
-                text = Path(text[1:]).read_text(encoding="utf-8")
-            try:
-                body["config"] = json.loads(text)
-            except json.JSONDecodeError as exc:
-                print(f"zeroserve models register: --config is not JSON: {exc}", file=sys.stderr)
-                return 2
-        scaling = {
-            key: getattr(args, key)
-            for key in (
-                "min_replicas",
-                "max_replicas",
-                "target_concurrency",
-                "idle_timeout_s",
-                "sleep_after_s",
-            )
-            if getattr(args, key) is not None
-        }
-        if scaling:
-            body["scaling"] = scaling
-        resources = {
-            key: getattr(args, key)
-            for key in ("device", "memory_bytes")
-            if getattr(args, key) is not None
-        }
-        if resources:
-            body["resources"] = resources
+        try:
+            body = registration_body(args)
+        except ValueError as exc:
+            print(f"zeroserve models register: {exc}", file=sys.stderr)
+            return 2
     return run(
         args.action,
         settings,
@@ -450,6 +430,45 @@ def _models(args: argparse.Namespace) -> int:
         out=sys.stdout,
         err=sys.stderr,
     )
+
+
+def registration_body(args: argparse.Namespace) -> dict[str, object]:
+    """The admin API's registration body for ``zeroserve models register``'s arguments.
+
+    Raises ValueError when ``--config`` is not JSON."""
+    body: dict[str, object] = {"name": args.name, "storage_uri": args.storage_uri}
+    for option in ("backend", "platform", "bls_models"):
+        if getattr(args, option) is not None:
+            body[option] = getattr(args, option)
+    if args.config is not None:
+        text = args.config
+        if text.startswith("@"):
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        try:
+            body["config"] = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--config is not JSON: {exc}") from None
+    scaling = {
+        key: getattr(args, key)
+        for key in (
+            "min_replicas",
+            "max_replicas",
+            "target_concurrency",
+            "idle_timeout_s",
+            "sleep_after_s",
+        )
+        if getattr(args, key) is not None
+    }
+    if scaling:
+        body["scaling"] = scaling
+    resources = {
+        key: getattr(args, key)
+        for key in ("device", "memory_bytes")
+        if getattr(args, key) is not None
+    }
+    if resources:
+        body["resources"] = resources
+    return body
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -47,6 +47,7 @@ __all__ = [
     "WorkerList",
     "WorkerView",
     "check_config",
+    "check_bls_models",
     "check_config_code",
     "check_model_code",
     "check_storage_uri",
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 Device = Literal["cpu", "cuda"]
+MAX_BLS_MODELS = 64
+"""The most models one registration may name in ``bls_models``."""
 ModelState = Literal["ready", "loading", "unloading", "sleeping", "scaled_to_zero", "failed"]
 
 
@@ -178,6 +181,19 @@ def check_config_code(value: dict[str, Any] | None, info: ValidationInfo) -> dic
     return value
 
 
+def check_bls_models(value: list[str] | None) -> list[str] | None:
+    """Refuse names no worker could load, and a name given twice."""
+    if value is None:
+        return None
+    for name in value:
+        problem = names.model_name_problem(name)
+        if problem is not None:
+            raise ValueError(f"bls_models: {problem}")
+    if len(set(value)) != len(value):
+        raise ValueError("bls_models names a model more than once")
+    return value
+
+
 class ModelCreate(_Strict):
     """``POST /admin/v1/models``: register a model."""
 
@@ -196,6 +212,12 @@ class ModelCreate(_Strict):
         description="Triton ModelConfig fields as JSON; optional when the stored model has "
         "config.pbtxt",
     )
+    bls_models: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_BLS_MODELS,
+        description="Models this model's code calls through BLS (pb_utils.InferenceRequest"
+        "(...).exec()): placed and loaded on its worker before it, unloaded after it",
+    )
     scaling: ScalingSpec = Field(default_factory=ScalingSpec)
     resources: ResourceSpec = Field(default_factory=ResourceSpec)
 
@@ -213,6 +235,13 @@ class ModelCreate(_Strict):
     _config = field_validator("config")(check_config)
     _code = field_validator("backend", "platform")(check_model_code)
     _config_code = field_validator("config")(check_config_code)
+    _bls_models = field_validator("bls_models")(check_bls_models)
+
+    @model_validator(mode="after")
+    def _not_its_own_bls_model(self) -> Self:
+        if self.name in self.bls_models:
+            raise ValueError(f"bls_models names the model itself ('{self.name}')")
+        return self
 
     @model_validator(mode="after")
     def _config_name(self) -> Self:
@@ -266,6 +295,7 @@ class ModelPatch(_Strict):
     platform: str | None = None
     backend: str | None = None
     config: dict[str, Any] | None = None
+    bls_models: list[str] | None = Field(default=None, max_length=MAX_BLS_MODELS)
     scaling: ScalingPatch | None = None
     resources: ResourcesPatch | None = None
 
@@ -273,6 +303,7 @@ class ModelPatch(_Strict):
     _config = field_validator("config")(check_config)
     _code = field_validator("backend", "platform")(check_model_code)
     _config_code = field_validator("config")(check_config_code)
+    _bls_models = field_validator("bls_models")(check_bls_models)
 
 
 def merge_scaling(current: dict[str, Any], patch: ScalingPatch | None) -> ScalingSpec | None:
@@ -334,6 +365,7 @@ class ModelView(BaseModel):
     platform: str
     backend: str
     config: dict[str, Any] | None
+    bls_models: list[str]
     scaling: ScalingSpec
     resources: ResourceSpec
     generation: int

@@ -18,7 +18,12 @@ from typing import Any, Protocol
 
 from control_plane.api import schemas
 from control_plane.backends.base import PodBackend
-from control_plane.errors import ModelExistsError, ModelNotFoundError, NotActingError
+from control_plane.errors import (
+    ModelExistsError,
+    ModelNotFoundError,
+    NotActingError,
+    SchemaValidationError,
+)
 from control_plane.store.base import StateStore, StoreConflictError
 from foundation.records import ModelRecord, Placement, ResourceSpec, ScalingSpec
 
@@ -26,7 +31,7 @@ __all__ = ["Acting", "ActivationControl", "AdminService", "ReplicaControl"]
 
 logger = logging.getLogger(__name__)
 
-_RELOAD_FIELDS = ("storage_uri", "platform", "backend", "config", "resources")
+_RELOAD_FIELDS = ("storage_uri", "platform", "backend", "config", "bls_models", "resources")
 
 
 class ActivationControl(Protocol):
@@ -92,6 +97,7 @@ class AdminService:
             backend=body.backend,
             platform=body.platform,
             config=body.config,
+            bls_models=tuple(body.bls_models),
             scaling=ScalingSpec(**body.scaling.model_dump()),
             resources=ResourceSpec(**body.resources.model_dump()),
             generation=1,
@@ -122,6 +128,13 @@ class AdminService:
                 changes[field] = value
         if "config" in patch.model_fields_set and patch.config != record.config:
             changes["config"] = patch.config
+        if patch.bls_models is not None:
+            if record.name in patch.bls_models:
+                raise SchemaValidationError(
+                    errors=[("bls_models", f"names the model itself ('{record.name}')")]
+                )
+            if tuple(patch.bls_models) != record.bls_models:
+                changes["bls_models"] = tuple(patch.bls_models)
         if scaling is not None and scaling.model_dump() != dataclasses.asdict(record.scaling):
             changes["scaling"] = ScalingSpec(**scaling.model_dump())
         if patch.resources is not None:
@@ -268,6 +281,7 @@ class AdminService:
             platform=record.platform,
             backend=record.backend,
             config=record.config,
+            bls_models=list(record.bls_models),
             scaling=schemas.ScalingSpec(**dataclasses.asdict(record.scaling)),
             resources=schemas.ResourceSpec.model_validate(dataclasses.asdict(record.resources)),
             generation=record.generation,

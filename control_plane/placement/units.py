@@ -1,17 +1,19 @@
-"""Ensembles as units of placement: an ensemble and the models its steps run are placed
-together on one worker, its room the sum of theirs, and unloaded together.
+"""Units of placement: a model and the models it runs are placed together on one worker,
+its room the sum of theirs, and unloaded together.
 
-A worker serves an ensemble only while its composing models are loaded there (the data
-plane takes an ensemble out of service with any model it uses), and the requests between
-steps never leave the worker. So the placer loads an ensemble's parts on the chosen worker
-first, deepest first, then the ensemble, and publishes only the ensemble's placement: its
-parts are its own, not replicas the activators route to. When the ensemble's replica goes
-(idle, evicted), its parts go with it, unless the worker still needs them: a placement of
-their own there, or another ensemble placed there that uses them. A part's own placement
-going away likewise leaves the part loaded while an ensemble on that worker uses it.
-
-Which models an ensemble uses is read from its registered config (``ensemble_scheduling``);
-the admin API requires an ensemble to be registered with it.
+Two kinds of model run others on their worker: an ensemble, whose steps name them in its
+config (``ensemble_scheduling``; the admin API requires an ensemble to be registered with
+it), and a Python model calling others through BLS, which names them in its code; its
+registration lists them (``bls_models``), since the control plane does not read model code.
+A worker serves such a model only while the models it runs are loaded there (the data plane
+takes an ensemble out of service with any model it uses; a BLS call to a model the worker
+lacks fails), and the requests between them never leave the worker. So the placer loads the
+parts on the chosen worker first, deepest first, then the model, and publishes only the
+model's placement: its parts are its own, not replicas the activators route to. When the
+model's replica goes (idle, evicted), its parts go with it, unless the worker still needs
+them: a placement of their own there, or another model placed there that runs them. A
+part's own placement going away likewise leaves the part loaded while a model on that
+worker runs it.
 """
 
 from __future__ import annotations
@@ -47,17 +49,24 @@ def is_ensemble(model: ModelRecord) -> bool:
 
 
 def composing_names(model: ModelRecord) -> tuple[str, ...]:
-    """The models ``model``'s steps run, each once; () for a model that is not an ensemble
-    or whose registration carries no steps."""
-    if not is_ensemble(model) or model.config is None:
-        return ()
-    steps = model.config.get("ensemble_scheduling", {}).get("step", [])
-    return tuple(dict.fromkeys(str(step.get("model_name", "")) for step in steps))
+    """The models ``model`` runs, each once: an ensemble's steps' models, then the models
+    its registration calls through BLS; () for a model that runs none."""
+    steps = []
+    if is_ensemble(model) and model.config is not None:
+        steps = model.config.get("ensemble_scheduling", {}).get("step", [])
+    names = [str(step.get("model_name", "")) for step in steps]
+    return tuple(dict.fromkeys([*names, *model.bls_models]))
+
+
+def _how_it_runs(model: ModelRecord, part: str) -> str:
+    if part in model.bls_models:
+        return f"model '{model.name}' calls model '{part}' through BLS"
+    return f"ensemble '{model.name}' runs model '{part}'"
 
 
 def parts_of(model: ModelRecord, models: Mapping[str, ModelRecord]) -> tuple[ModelRecord, ...]:
-    """Every model an ensemble runs, through ensembles of ensembles, each once, the deepest
-    first (so each loads after what it uses); () for a model that is not an ensemble.
+    """Every model ``model`` runs, through the models those run, each once, the deepest
+    first (so each loads after what it uses); () for a model that runs none.
 
     Raises NoCapacityError naming a part that is not registered, or a cycle.
     """
@@ -67,12 +76,12 @@ def parts_of(model: ModelRecord, models: Mapping[str, ModelRecord]) -> tuple[Mod
         for name in composing_names(record):
             if name in path:
                 cycle = " -> ".join((*path[path.index(name) :], name))
-                raise NoCapacityError(model=model.name, reason=f"ensembles use each other: {cycle}")
+                raise NoCapacityError(model=model.name, reason=f"models run each other: {cycle}")
             part = models.get(name)
             if part is None:
                 raise NoCapacityError(
                     model=model.name,
-                    reason=f"ensemble '{record.name}' runs model '{name}', which is not registered",
+                    reason=f"{_how_it_runs(record, name)}, which is not registered",
                 )
             if name not in ordered:
                 visit(part, (*path, name))
@@ -84,7 +93,7 @@ def parts_of(model: ModelRecord, models: Mapping[str, ModelRecord]) -> tuple[Mod
 
 def unit_record(model: ModelRecord, models: Mapping[str, ModelRecord]) -> ModelRecord:
     """``model`` with the memory of its whole unit (itself and its parts), for choosing and
-    reserving room; ``model`` itself when it is not an ensemble."""
+    reserving room; ``model`` itself when it runs no other model."""
     parts = parts_of(model, models)
     if not parts:
         return model
@@ -94,8 +103,8 @@ def unit_record(model: ModelRecord, models: Mapping[str, ModelRecord]) -> ModelR
 
 
 def unit_records(models: Mapping[str, ModelRecord]) -> dict[str, ModelRecord]:
-    """Every registered model as :func:`unit_record` sees it (an ensemble whose parts are
-    not all registered counts alone: it cannot be placed anyway)."""
+    """Every registered model as :func:`unit_record` sees it (a model whose parts are not
+    all registered counts alone: it cannot be placed anyway)."""
     units = {}
     for name, record in models.items():
         try:
@@ -114,9 +123,10 @@ def _device(model: ModelRecord, parts: Iterable[ModelRecord]) -> str:
 
 
 class UnitWorkers:
-    """The workers' API as retiring sees it, with ensembles as units: unloading an
-    ensemble unloads the parts the worker no longer needs after it, and unloading a part
-    that an ensemble placed on the worker uses only forgets it (the worker keeps it).
+    """The workers' API as retiring sees it, with units: unloading a model that runs others
+    (an ensemble, a BLS caller) unloads the parts the worker no longer needs after it, and
+    unloading a part that a model placed on the worker runs only forgets it (the worker
+    keeps it).
 
     ``workers`` makes the calls; ``store`` tells the placements, sleeping replicas and
     registered models.
@@ -130,11 +140,11 @@ class UnitWorkers:
         models = {m.name: m for m in await self._store.list_models()}
         held = await self._held_on(worker.id)
         if model in self._needed(worker.id, held, models, leaving=model):
-            logger.info("kept %s loaded on %s: an ensemble placed there runs it", model, worker.id)
+            logger.info("kept %s loaded on %s: a model placed there runs it", model, worker.id)
             return
         await self._workers.unload(worker, model)
         record = models.get(model)
-        if record is None or not is_ensemble(record):
+        if record is None:
             return
         try:
             parts = parts_of(record, models)
@@ -147,7 +157,7 @@ class UnitWorkers:
             if part.name in needed:
                 continue
             await self._workers.unload(worker, part.name)
-            logger.info("unloaded %s from %s with ensemble %s", part.name, worker.id, model)
+            logger.info("unloaded %s from %s with %s, which ran it", part.name, worker.id, model)
 
     async def sleep(self, worker: WorkerRecord, model: str) -> None:
         await self._workers.sleep(worker, model)
@@ -161,7 +171,7 @@ class UnitWorkers:
         worker_id: str, held: Sequence[str], models: Mapping[str, ModelRecord], *, leaving: str
     ) -> set[str]:
         """The models the worker must keep loaded for the replicas it holds (other than
-        ``leaving``): those replicas' models and, for ensembles, their parts."""
+        ``leaving``): those replicas' models and the models they run."""
         needed: set[str] = set()
         for name in held:
             if name == leaving:

@@ -8,9 +8,11 @@ each request starting its model from zero. ``zeroserve up`` allows model code by
 (``ZEROSERVE_CONTROL_PLANE_ALLOW_MODEL_CODE``); the test sets it so that it says what it
 relies on. AWS itself is not reached: moto stands in for it, as in ``test_platform_e2e``.
 
-The placer knows nothing of BLS (a BLS model's callees are in its code, not its config), so
-the pool has one worker and ``add_sub`` is activated first: the BLS model lands beside it.
-Nothing here asserts a duration; every wait has a deadline.
+The BLS model's registration names its callee (``bls_models``: the control plane does not
+read model code), so its first request, from zero, brings up ``add_sub`` with it on its
+worker, loaded first, with only the BLS model published as a replica; ``add_sub``'s own
+first request then gives it a placement of its own. Nothing here asserts a duration; every
+wait has a deadline.
 """
 
 from __future__ import annotations
@@ -94,6 +96,14 @@ async def models_on_workers(client: httpx.AsyncClient, platform: Platform) -> li
     return [sorted(worker["models"]) for worker in workers]
 
 
+async def ready_on_worker(client: httpx.AsyncClient, platform: Platform) -> list[str]:
+    """The models the only worker serves, placed or not (its repository index)."""
+    (worker,) = (await admin_get(client, platform, "/workers"))["workers"]
+    index = await client.post(f"{worker['url']}/v2/repository/index", json={"ready": True})
+    assert index.status_code == 200, index.text
+    return sorted(entry["name"] for entry in index.json())
+
+
 async def test_triton_python_models_from_s3_scale_from_zero_and_answer_tritonclient(
     platform_factory: Callable[..., Platform],
     client: httpx.AsyncClient,
@@ -119,10 +129,11 @@ async def test_triton_python_models_from_s3_scale_from_zero_and_answer_tritoncli
         ZEROSERVE_ALLOWED_STORAGE=f"s3://{bucket}",
         ZEROSERVE_CONTROL_PLANE_ALLOW_MODEL_CODE="true",
     )
-    for name in ("add_sub", "bls_sync"):
+    for name, callees in (("add_sub", []), ("bls_sync", ["add_sub"])):
         body: dict[str, Any] = {
             "name": name,
             "storage_uri": f"s3://{bucket}/repo/{name}",
+            "bls_models": callees,
             "scaling": {"min_replicas": 0, "idle_timeout_s": 600},
         }
         response = await client.post(f"{platform.admin}/admin/v1/models", json=body, headers=AUTH)
@@ -133,16 +144,17 @@ async def test_triton_python_models_from_s3_scale_from_zero_and_answer_tritoncli
 
     x = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
     y = np.array([0.5, -1.0, 10.0, 2.0], dtype=np.float32)
-    public = platform.public.removeprefix("http://")
-    first = await asyncio.to_thread(infer_add_sub_http, public, x, y)
-    np.testing.assert_array_equal(first["OUTPUT0"], x + y)
-    np.testing.assert_array_equal(first["OUTPUT1"], x - y)
-    assert await models_on_workers(client, platform) == [["add_sub"]]
-
-    second = await asyncio.to_thread(infer_bls_grpc, f"127.0.0.1:{grpc_port}", y, x)
-    np.testing.assert_array_equal(second["OUTPUT0"], y + x)
-    np.testing.assert_array_equal(second["OUTPUT1"], y - x)
-    assert await models_on_workers(client, platform) == [["add_sub", "bls_sync"]]
+    first = await asyncio.to_thread(infer_bls_grpc, f"127.0.0.1:{grpc_port}", y, x)
+    np.testing.assert_array_equal(first["OUTPUT0"], y + x)
+    np.testing.assert_array_equal(first["OUTPUT1"], y - x)
+    assert await models_on_workers(client, platform) == [["bls_sync"]]
+    assert await ready_on_worker(client, platform) == ["add_sub", "bls_sync"]
     activations = await admin_get(client, platform, "/models/bls_sync/activations")
     assert [a["outcome"] for a in activations["activations"]] == ["ready"]
+
+    public = platform.public.removeprefix("http://")
+    second = await asyncio.to_thread(infer_add_sub_http, public, x, y)
+    np.testing.assert_array_equal(second["OUTPUT0"], x + y)
+    np.testing.assert_array_equal(second["OUTPUT1"], x - y)
+    assert await models_on_workers(client, platform) == [["add_sub", "bls_sync"]]
     platform.remember_workers()

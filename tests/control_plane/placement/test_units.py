@@ -3,6 +3,7 @@ sum of the unit's, and unloaded with them, unless the worker still needs a part.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -66,7 +67,7 @@ def test_a_part_not_registered_or_a_cycle_cannot_be_placed():
 
     with pytest.raises(NoCapacityError, match="runs model 'ghost', which is not registered"):
         parts_of(models["lonely"], models)
-    with pytest.raises(NoCapacityError, match="ensembles use each other: a -> b -> a"):
+    with pytest.raises(NoCapacityError, match="models run each other: a -> b -> a"):
         parts_of(models["a"], models)
 
 
@@ -214,3 +215,55 @@ async def test_an_ensemble_of_ensembles_is_one_unit():
             ("w1", "mlp"),
             ("w1", "pre"),
         ]
+
+
+def test_a_bls_callers_parts_are_its_callees_and_what_they_run():
+    models = {
+        "add_sub": record("add_sub"),
+        "pre": record("pre"),
+        "mlp": record("mlp"),
+        "pipe": record("pipe", config=ensemble_config("pre", "mlp")),
+        "bls": dataclasses.replace(record("bls"), bls_models=("pipe", "add_sub")),
+        # An ensemble whose step is a BLS model: its callees come with it too.
+        "outer": record("outer", config=ensemble_config("bls")),
+    }
+
+    assert composing_names(models["bls"]) == ("pipe", "add_sub")
+    assert [p.name for p in parts_of(models["bls"], models)] == ["pre", "mlp", "pipe", "add_sub"]
+    assert [p.name for p in parts_of(models["outer"], models)] == [
+        "pre",
+        "mlp",
+        "pipe",
+        "add_sub",
+        "bls",
+    ]
+
+
+def test_a_bls_callee_not_registered_or_a_bls_cycle_cannot_be_placed():
+    models = {
+        "lonely": dataclasses.replace(record("lonely"), bls_models=("ghost",)),
+        "a": dataclasses.replace(record("a"), bls_models=("b",)),
+        "b": record("b", config=ensemble_config("a")),
+    }
+
+    with pytest.raises(NoCapacityError, match="'lonely' calls model 'ghost' through BLS, which"):
+        parts_of(models["lonely"], models)
+    with pytest.raises(NoCapacityError, match="models run each other: a -> b -> a"):
+        parts_of(models["a"], models)
+
+
+async def test_a_bls_caller_goes_where_it_fits_with_its_callee_and_leaves_with_it():
+    async with Setup(memory_bytes=100) as s:
+        await s.placer.place(await s.register("other", resources=ResourceSpec(memory_bytes=30)))
+        await s.register("add_sub", resources=ResourceSpec(memory_bytes=40))
+        bls = await s.register(
+            "bls", bls_models=("add_sub",), resources=ResourceSpec(memory_bytes=40)
+        )
+
+        placed = await s.placer.place(bls)
+        await s.placer.retire("bls", placed.worker.id, reason="idle")
+
+        assert placed.worker.id == "w2"
+        assert s.workers.loads() == [("w1", "other"), ("w2", "add_sub"), ("w2", "bls")]
+        assert [p.model for p in await s.store.list_placements()] == ["other"]
+        assert s.workers.unloads() == [("w2", "bls"), ("w2", "add_sub")]
