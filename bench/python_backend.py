@@ -21,7 +21,7 @@ its children (the stub processes), read from ``/proc`` before and after the run:
 machine shared with other work the rate swings with the load, the CPU per request much
 less, so the second table says where the time goes.
 
-    python -m bench.python_backend --triton-root /tmp/triton/x/pytriton/tritonserver
+    python -m bench.python_backend --repeats 3 --output bench/results/<UTC>-vm-python_backend.json
 
 Triton's stub runs on the system's Python 3.11 (numpy < 2 visible to it, as
 ``tests/triton_oracle.py`` arranges) and ignores PYTHONPATH; this script makes the
@@ -58,6 +58,7 @@ from bench.server import (
     process_cpu_seconds,
     server_command,
 )
+from bench.triton_server import triton_install
 
 SPEC: Final[MlpSpec] = MODELS["light"]
 MAX_BATCH_SIZE: Final = 32
@@ -352,8 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--triton-root",
         type=Path,
-        default=Path("/tmp/triton/x/pytriton/tritonserver"),
-        help="the tritonserver folder of an unpacked nvidia-pytriton wheel (bin/, backends/)",
+        default=None,
+        help="the tritonserver folder of an unpacked nvidia-pytriton wheel (bin/, backends/); "
+        "default: the one bench.triton_server installs into its cache folder",
     )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--repeats", type=int, default=3)
@@ -362,6 +364,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pause-s", type=float, default=1.0)
     parser.add_argument("--output", type=Path, help="write every point and the table as JSON")
     args = parser.parse_args(argv)
+    if args.triton_root is None:
+        install = triton_install()
+        if isinstance(install, str):
+            print(f"real Triton cannot run here: {install}", file=sys.stderr)
+            return 2
+        args.triton_root = install.binary.parents[1]
     points = run(args)
     text = table(points, args.concurrency)
     cpu = cpu_table(points, args.concurrency)

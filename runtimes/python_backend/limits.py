@@ -1,11 +1,13 @@
-"""How long the server waits on a model's stubs and how much shared memory they may use:
-defaults, and the model configuration parameters that change them.
+"""How long the server waits on a model's stubs, how much shared memory they may use and at
+what priority their native threads run: defaults, and the model configuration parameters
+that change them.
 
 Parameters (``parameters { key: "execute_timeout_s" value: { string_value: "60" } }``):
 ``stub_timeout_s`` (start-up, finalize, exit), ``load_timeout_s`` (import and
 ``initialize``), ``execute_timeout_s`` (one ``execute``; past it the stub is stopped and
-the model fails) and ``shm_limit_bytes`` (the most each direction's shared memory of one
-instance may grow to).
+the model fails), ``shm_limit_bytes`` (the most each direction's shared memory of one
+instance may grow to) and ``native_threads`` (``idle`` or ``normal``:
+:mod:`.native_threads`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import math
 from dataclasses import dataclass, fields, replace
 
 from foundation.proto import model_config_pb2 as mc
+from runtimes.python_backend import native_threads
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class StubLimits:
     """Each arena's size at start; it grows as messages need."""
     shm_limit_bytes: int = 1 << 30
     """The most each arena (one per direction) may grow to."""
+    native_threads: str = "idle"
+    """The priority of the threads the model's libraries start outside Python."""
 
 
 _PARAMETERS = ("stub_timeout_s", "load_timeout_s", "execute_timeout_s", "shm_limit_bytes")
@@ -52,4 +57,11 @@ def limits_for(config: mc.ModelConfig) -> StubLimits:
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"parameter {key} must be positive, not {text!r}")
         changes[key] = value
+    if native_threads.PARAMETER in config.parameters:
+        text = config.parameters[native_threads.PARAMETER].string_value.strip()
+        if text not in native_threads.CHOICES:
+            choices = " or ".join(native_threads.CHOICES)
+            key = native_threads.PARAMETER
+            raise ValueError(f"parameter {key} must be {choices}, not {text!r}")
+        limits = replace(limits, native_threads=text)
     return replace(limits, **changes)  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ from typing import Any, Final
 from runtimes.python_backend import messages, pb_utils, tensors
 from runtimes.python_backend.arena import Arena, ArenaFullError
 from runtimes.python_backend.messages import Message
+from runtimes.python_backend.native_threads import NativeThreads, is_time_to_look
 from runtimes.python_backend.stub_calls import ServerCalls
 from runtimes.python_backend.stub_channel import StubChannel
 
@@ -94,6 +95,8 @@ class ModelHost:
         # The blocks of the last result's outputs: the server copied them out before it
         # sent the main thread anything new.
         self._result_blocks: list[int] = []
+        self._native_threads = NativeThreads(enabled=False)
+        self._executions = 0
 
     # ---- pb_utils.Host ----
 
@@ -146,6 +149,9 @@ class ModelHost:
                 return 0
             if kind == "execute":
                 self._send(self._execute(message))
+                self._executions += 1
+                if is_time_to_look(self._executions):
+                    self._native_threads.look()
             elif kind == "init":
                 self._send({"kind": "init_done", "error": self._initialize(message)})
             elif kind == "auto_complete":
@@ -177,6 +183,7 @@ class ModelHost:
 
     def _initialize(self, message: Message) -> str | None:
         self._is_decoupled = bool(message.get("decoupled"))
+        self._native_threads = NativeThreads(enabled=message.get("native_threads") == "idle")
         timeout_s = message.get("call_timeout_s")
         if timeout_s:
             self._calls = ServerCalls(self._channel, self._inputs, self._outputs, timeout_s)
@@ -188,6 +195,7 @@ class ModelHost:
                 initialize(message["args"])
         except Exception as exc:
             return describe(exc)
+        self._native_threads.look()
         self._can_call = True
         return None
 

@@ -119,6 +119,7 @@ class StubRuntime(ModelRuntime):
             "model": self.name,
             "decoupled": config.model_transaction_policy.decoupled,
             "call_timeout_s": limits.execute_timeout_s,
+            "native_threads": limits.native_threads,
         }
         results = await asyncio.gather(
             *(self._start(name, command, limits, init, base_args) for name in names),

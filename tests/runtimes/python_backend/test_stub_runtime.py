@@ -31,7 +31,7 @@ from runtimes.errors import (
 from runtimes.model_request import ModelRequest, RequestContext
 from runtimes.python_model import PythonRuntime
 from tests.models import state_of
-from tests.runtimes.python_backend.triton_models import write_model
+from tests.runtimes.python_backend.triton_models import THREADS_MODEL, write_model
 
 pytestmark = pytest.mark.anyio
 
@@ -479,3 +479,46 @@ async def test_bad_execution_env_paths_are_refused(tmp_path: Path, value: str, m
 async def test_bad_limit_parameters_are_refused(tmp_path: Path):
     with pytest.raises(ModelLoadError, match="execute_timeout_s must be positive"):
         await _load(write_model(tmp_path, "whoami"), execute_timeout_s="-1")
+
+
+def _policies(pid: int) -> dict[int, int]:
+    """Each thread of ``pid`` and its scheduling policy (field 41 of its stat)."""
+    policies = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stat = (task / "stat").read_text()
+        # The name (field 2) is in parentheses and may hold spaces; fields follow it.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        policies[int(task.name)] = int(fields[41 - 3])
+    return policies
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="needs Linux scheduling policies")
+@pytest.mark.parametrize(("parameter", "lowered"), [(None, True), ("normal", False)])
+async def test_the_models_native_threads_run_at_idle_priority(
+    tmp_path: Path, parameter: str | None, lowered: bool
+):
+    parameters = {} if parameter is None else {"native_threads": parameter}
+    folder = tmp_path / "threads"
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(THREADS_MODEL.config.format(name="threads"))
+    (folder / "1" / "model.py").write_text(THREADS_MODEL.source)
+    runtime = await _load(folder, **parameters)
+    try:
+        answer = await runtime.infer(ONE)
+        pid = int(answer["PID"][0])
+        python_threads = {int(t) for t in answer["PYTHON_THREADS"]}
+        policies = _policies(pid)
+    finally:
+        await runtime.unload()
+    native = set(policies) - python_threads
+    # The main thread, the parent watch and the model's own thread; ONNX Runtime's pool.
+    assert len(python_threads) >= 3 and pid in python_threads
+    assert native
+    assert {policies[t] for t in python_threads} == {os.SCHED_OTHER}
+    expected = os.SCHED_IDLE if lowered else os.SCHED_OTHER
+    assert {policies[t] for t in native} == {expected}
+
+
+async def test_a_native_threads_value_other_than_idle_or_normal_is_refused(tmp_path: Path):
+    with pytest.raises(ModelLoadError, match="native_threads must be idle or normal, not 'low'"):
+        await _load(write_model(tmp_path, "whoami"), native_threads="low")

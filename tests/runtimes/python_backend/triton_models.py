@@ -433,6 +433,64 @@ class TritonPythonModel:
         return responses
 """
 
+THREADS_CONFIG = """
+name: "{name}"
+backend: "python"
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "PID" data_type: TYPE_INT64 dims: [ 1 ] }} ]
+output [ {{ name: "PYTHON_THREADS" data_type: TYPE_INT64 dims: [ -1 ] }} ]
+"""
+
+# Starts native threads (an ONNX Runtime session with an intra-op pool of two) and a Python
+# thread of its own; answers its process id and the ids of every Python thread. Not among
+# MODELS, which real Triton also loads: its Python has no onnx.
+THREADS = """
+import os
+import threading
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+from onnx import TensorProto, helper
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["X"], ["Y"])],
+            "relu",
+            [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 2
+        self.session = ort.InferenceSession(model.SerializeToString(), options)
+        self.stop = threading.Event()
+        self.worker = threading.Thread(target=self.stop.wait, name="model-worker")
+        self.worker.start()
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            self.session.run(None, {"X": x})
+            ids = [t.native_id for t in threading.enumerate()]
+            responses.append(
+                pb_utils.InferenceResponse(
+                    [
+                        pb_utils.Tensor("PID", np.array([os.getpid()], dtype=np.int64)),
+                        pb_utils.Tensor("PYTHON_THREADS", np.array(ids, dtype=np.int64)),
+                    ]
+                )
+            )
+        return responses
+
+    def finalize(self):
+        self.stop.set()
+"""
+
 MODELS: dict[str, TritonModel] = {
     "add_sub": TritonModel(ADD_SUB_CONFIG, ADD_SUB),
     "batched": TritonModel(BATCHED_CONFIG, BATCHED),
@@ -452,6 +510,7 @@ MODELS: dict[str, TritonModel] = {
     "whoami": TritonModel(WHOAMI_CONFIG, WHOAMI),
 }
 """Model name -> folder contents; the config's ``{name}`` is the folder's name."""
+THREADS_MODEL = TritonModel(THREADS_CONFIG, THREADS)
 
 
 def write_model(root: Path, name: str, *, as_name: str | None = None) -> Path:
