@@ -281,7 +281,9 @@ def _entry(context: RequestContext) -> Message:
     return {
         "id": context.request_id,
         "correlation_id": context.correlation_id,
-        "parameters": _PARAMETERS_JSON.encode(dict(context.parameters)),
+        "parameters": _PARAMETERS_JSON.encode(dict(context.parameters))
+        if context.parameters
+        else "{}",
         "requested": list(context.requested_outputs),
         "flags": context.flags,
     }
