@@ -45,7 +45,7 @@ def limits_for(config: mc.ModelConfig) -> StubLimits:
     """The defaults, with what ``config``'s parameters set; ValueError naming a bad one."""
     limits = StubLimits()
     types = {f.name: f.type for f in fields(StubLimits)}
-    changes: dict[str, float | int] = {}
+    changes: dict[str, float | int | str] = {}
     for key in _PARAMETERS:
         if key not in config.parameters:
             continue
@@ -57,11 +57,11 @@ def limits_for(config: mc.ModelConfig) -> StubLimits:
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"parameter {key} must be positive, not {text!r}")
         changes[key] = value
-    if native_threads.PARAMETER in config.parameters:
-        text = config.parameters[native_threads.PARAMETER].string_value.strip()
+    key = native_threads.PARAMETER
+    if key in config.parameters:
+        text = config.parameters[key].string_value.strip()
         if text not in native_threads.CHOICES:
             choices = " or ".join(native_threads.CHOICES)
-            key = native_threads.PARAMETER
             raise ValueError(f"parameter {key} must be {choices}, not {text!r}")
-        limits = replace(limits, native_threads=text)
+        changes[key] = text
     return replace(limits, **changes)  # type: ignore[arg-type]

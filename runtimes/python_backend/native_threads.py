@@ -57,11 +57,6 @@ class NativeThreads:
         self._is_enabled = enabled and hasattr(os, "sched_setscheduler") and _TASKS.is_dir()
         self._lowered: set[int] = set()
 
-    @property
-    def lowered(self) -> frozenset[int]:
-        """The thread ids put at idle priority so far."""
-        return frozenset(self._lowered)
-
     def look(self) -> None:
         """Put every native thread not yet lowered at idle priority."""
         if not self._is_enabled:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from foundation.proto import model_config_pb2 as mc
+from runtimes.python_backend.limits import limits_for
 from runtimes.python_backend.native_threads import (
     FIRST_LOOKS,
     LOOK_EVERY,
@@ -43,3 +45,14 @@ def test_to_lower(
 )
 def test_is_time_to_look(executions: int, expected: bool) -> None:
     assert is_time_to_look(executions) is expected
+
+
+def test_the_parameter_is_read_beside_the_limits() -> None:
+    config = mc.ModelConfig()
+    config.parameters["execute_timeout_s"].string_value = "60"
+    config.parameters["native_threads"].string_value = " normal "
+
+    limits = limits_for(config)
+
+    assert (limits.execute_timeout_s, limits.native_threads) == (60.0, "normal")
+    assert limits_for(mc.ModelConfig()).native_threads == "idle"
