@@ -67,3 +67,32 @@ def test_connections_and_streams_make_the_concurrency() -> None:
     assert h2load.layout(64, 8) == (8, 8)
     with pytest.raises(ValueError, match="not a multiple"):
         h2load.layout(12, 8)
+
+
+def _summary(done: int, failed: int, errored: int, timeouts: int, statuses: str) -> str:
+    return (
+        f"finished in 2.00s, 1174.00 req/s, 1.00MB/s\n"
+        f"requests: {done} total, {done} started, {done} done, {done - failed} succeeded, "
+        f"{failed} failed, {errored} errored, {timeouts} timeout\n"
+        f"status codes: {statuses}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("output", "errors"),
+    [
+        # Read from h2load 1.52 --h1 at c=1 against zeroserve: a 2xx count one short of or
+        # one over ``done`` at the warm-up's edge, every answer a 200.
+        (_summary(2348, 0, 0, 0, "2347 2xx, 0 3xx, 0 4xx, 0 5xx"), 0),
+        (_summary(2629, 0, 0, 0, "2630 2xx, 0 3xx, 0 4xx, 0 5xx"), 0),
+        (_summary(100, 0, 0, 0, "97 2xx, 0 3xx, 1 4xx, 2 5xx"), 3),
+        (_summary(100, 2, 1, 1, "96 2xx, 0 3xx, 0 4xx, 0 5xx"), 4),
+    ],
+)
+def test_errors_are_what_h2load_read_go_wrong(output: str, errors: int) -> None:
+    assert h2load.errors_in(output) == errors
+
+
+def test_errors_need_h2loads_summary() -> None:
+    with pytest.raises(ValueError, match="no request or status summary"):
+        h2load.errors_in("finished in 2.00s, 1174.00 req/s, 1.00MB/s\n")
