@@ -124,6 +124,53 @@ def limited_http_protocol(limits: ServerLimits) -> type[LimitedHttpProtocol]:
     return _ServerProtocol
 
 
+class HeadWithBody(asyncio.Transport):
+    """The connection as one response sees it: its head goes out with the first body write.
+
+    uvicorn writes a response's head and its body separately, two sends where one does: the
+    client wakes for the head, then again for the body, and the server pays a system call
+    more per answer. The head waits until the body is written in the same step of the event
+    loop (Starlette sends both without waiting), and at most until the loop's next turn (a
+    streamed body's first part may come much later; the client then has the head at once).
+    """
+
+    __slots__ = ("_connection", "_head", "_loop", "_waiting")
+
+    def __init__(self, connection: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
+        self._connection = connection
+        self._head: bytes | None = None
+        self._waiting = True
+        self._loop = loop
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._waiting:
+            self._waiting = False
+            self._head = bytes(data)
+            self._loop.call_soon(self._send_head)
+        elif self._head is not None:
+            head, self._head = self._head, None
+            self._connection.write(head + data)
+        else:
+            self._connection.write(data)
+
+    def _send_head(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            if not self._connection.is_closing():
+                self._connection.write(head)
+
+    def close(self) -> None:
+        self._send_head()
+        self._connection.close()
+
+    def is_closing(self) -> bool:
+        return self._connection.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._connection.get_extra_info(name, default)
+
+
 class _Refused(Exception):
     """Raised from a parser callback to stop parsing a request that is refused."""
 
@@ -234,7 +281,10 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._in_head = self._head_started = False
         self._heads_done += 1
         self._head_received = 0
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # not an upgrade, which makes no cycle
+            self.cycle.transport = HeadWithBody(self.transport, self.loop)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
