@@ -10,7 +10,6 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 
 from data_plane import http_errors
@@ -245,12 +244,9 @@ def create_app(
         *trace.routes,
         *log_settings.routes,
     ]
-    # Outermost first. InferEndpoint answers infer requests before Starlette's routing and
-    # exception layers, which cost more than the inference itself on small models.
-    middleware: list[Middleware] = [Middleware(infer.InferEndpoint)]
-    return Starlette(
+    # Infer requests are answered before Starlette's middleware stack (routes/infer.py).
+    return infer.InferFirst(
         routes=route_table,
-        middleware=middleware,
         lifespan=lifespan,
         exception_handlers={
             ZeroserveError: http_errors.handle_zeroserve_error,

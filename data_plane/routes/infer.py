@@ -3,8 +3,9 @@
 Profiling showed Starlette's routing (a dozen regex matches), its middleware and exception
 wrappers and two Request objects costing more per request than decoding and batching
 together, so infer requests are recognised by string operations and answered here: this
-module decodes and encodes, the infer handler does the work. Every other request falls
-through to the Starlette app. Errors map through the same table (`data_plane.http_errors`)
+module decodes and encodes, the infer handler does the work. The app itself is
+:class:`InferFirst`: an infer request never enters Starlette's middleware stack; every other
+request goes through it. Errors map through the same table (`data_plane.http_errors`)
 as everywhere else.
 """
 
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import logging
 
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from data_plane.compression import choose_response_encoding, decode_body_off_loop, encode_body
 from data_plane.errors import ZeroserveError
@@ -48,39 +50,43 @@ def match_infer_path(path: str) -> tuple[str, int | None] | None:
     return None
 
 
-class InferEndpoint:
-    """ASGI middleware answering infer requests itself and passing the rest to ``app``."""
+class InferFirst(Starlette):
+    """Starlette that answers infer requests itself, before its middleware stack.
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    Starlette puts every middleware inside its error layer, and its routing and exception
+    layers cost more than the inference itself on small models: an infer request skips them
+    all (its errors are answered here, as the layers would), anything else goes through.
+    """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             target = match_infer_path(scope["path"])
             if target is not None:
-                await self._infer(scope, receive, send, *target)
+                scope["app"] = self
+                await _infer(scope, receive, send, *target)
                 return
-        await self.app(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
-    async def _infer(
-        self, scope: Scope, receive: Receive, send: Send, name: str, version: int | None
-    ) -> None:
-        state: ServerState = scope["state"]
-        try:
-            headers = dict(scope["headers"])
-            status_headers, payload = await _handle(state, headers, receive, name, version)
-        except ZeroserveError as exc:
-            await from_error(exc)(scope, receive, send)
-            return
-        except ClientDisconnectedError:
-            return
-        except Exception:
-            logger.exception("unexpected error serving infer for %s", name)
-            await error_response("internal server error", 500)(scope, receive, send)
-            return
-        status_headers.append((b"content-length", str(len(payload)).encode()))
-        await send({"type": "http.response.start", "status": 200, "headers": status_headers})
-        await send({"type": "http.response.body", "body": payload})
+
+async def _infer(
+    scope: Scope, receive: Receive, send: Send, name: str, version: int | None
+) -> None:
+    state: ServerState = scope["state"]
+    try:
+        headers = dict(scope["headers"])
+        status_headers, payload = await _handle(state, headers, receive, name, version)
+    except ZeroserveError as exc:
+        await from_error(exc)(scope, receive, send)
+        return
+    except ClientDisconnectedError:
+        return
+    except Exception:
+        logger.exception("unexpected error serving infer for %s", name)
+        await error_response("internal server error", 500)(scope, receive, send)
+        return
+    status_headers.append((b"content-length", str(len(payload)).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": status_headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 async def _handle(
