@@ -11,6 +11,7 @@ says ``{"allow_model_code": False}``. The OpenAPI document is generated from the
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Literal, Self
 
 from pydantic import (
@@ -47,6 +48,7 @@ __all__ = [
     "WorkerList",
     "WorkerView",
     "check_config",
+    "bls_self_call_problem",
     "check_bls_models",
     "check_config_code",
     "check_model_code",
@@ -194,6 +196,14 @@ def check_bls_models(value: list[str] | None) -> list[str] | None:
     return value
 
 
+def bls_self_call_problem(name: str, bls_models: Iterable[str]) -> str | None:
+    """Why ``bls_models`` cannot be model ``name``'s (it names the model itself), or None.
+    A registration knows its name; a patch learns it from the record, hence a function."""
+    if name in bls_models:
+        return f"names the model itself ('{name}')"
+    return None
+
+
 class ModelCreate(_Strict):
     """``POST /admin/v1/models``: register a model."""
 
@@ -239,8 +249,9 @@ class ModelCreate(_Strict):
 
     @model_validator(mode="after")
     def _not_its_own_bls_model(self) -> Self:
-        if self.name in self.bls_models:
-            raise ValueError(f"bls_models names the model itself ('{self.name}')")
+        problem = bls_self_call_problem(self.name, self.bls_models)
+        if problem is not None:
+            raise ValueError(f"bls_models {problem}")
         return self
 
     @model_validator(mode="after")

@@ -129,10 +129,9 @@ class AdminService:
         if "config" in patch.model_fields_set and patch.config != record.config:
             changes["config"] = patch.config
         if patch.bls_models is not None:
-            if record.name in patch.bls_models:
-                raise SchemaValidationError(
-                    errors=[("bls_models", f"names the model itself ('{record.name}')")]
-                )
+            problem = schemas.bls_self_call_problem(record.name, patch.bls_models)
+            if problem is not None:
+                raise SchemaValidationError(errors=[("bls_models", problem)])
             if tuple(patch.bls_models) != record.bls_models:
                 changes["bls_models"] = tuple(patch.bls_models)
         if scaling is not None and scaling.model_dump() != dataclasses.asdict(record.scaling):
