@@ -4,12 +4,13 @@ run explicitly, requests through httpx's ASGI transport), or as its handlers alo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
 from data_plane.app import build_node_cache, build_repository, create_app, load_startup_models
@@ -50,11 +51,13 @@ async def data_plane(
     mode: ModelControlMode = ModelControlMode.EXPLICIT,
     load_models: tuple[str, ...] = (),
     allowed_storage: tuple[str, ...] = (),
+    outer_middleware: Sequence[Middleware] = (),
     **overrides: Any,
 ) -> AsyncIterator[httpx.AsyncClient]:
     """A client of the data plane serving ``repo`` (start-up loads done, as a server would
-    have them before it answers); everything is shut down on exit. ``overrides`` are more
-    settings (``server_id``, ``repository_poll_s``...)."""
+    have them before it answers); everything is shut down on exit. ``outer_middleware`` go
+    at the top of the app's middleware stack; ``overrides`` are more settings
+    (``server_id``, ``repository_poll_s``...)."""
     settings = _settings(
         repo,
         cache_dir,
@@ -67,6 +70,7 @@ async def data_plane(
     cache = build_node_cache(settings, metrics)
     repository = build_repository(settings, metrics, cache, gpu_count=0)
     app = create_app(settings, repository, cache, metrics)
+    app.user_middleware[:0] = outer_middleware  # the stack is built at the first request
     async with app.router.lifespan_context(app) as state:
 
         async def with_state(scope: Scope, receive: Receive, send: Send) -> None:

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import numpy as np
 import pytest
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from data_plane.app import build_node_cache, build_repository, create_app
-from data_plane.metrics import Metrics
-from data_plane.routes.infer import InferFirst
-from data_plane.settings import DataPlaneSettings, ModelControlMode
+from data_plane.settings import ModelControlMode
+from tests.data_plane.server_app import data_plane
 from tests.models import write_onnx_add_sub
 
 pytestmark = pytest.mark.anyio
@@ -41,42 +38,25 @@ async def test_infer_requests_skip_the_middleware_stack_and_the_rest_go_through(
 ) -> None:
     repo = tmp_path / "models"
     write_onnx_add_sub(repo, "simple", dims=(4,))
-    settings = DataPlaneSettings(
-        model_repository=str(repo),
-        model_control_mode=ModelControlMode.NONE,
-        cache_dir=tmp_path / "cache",
-        gpu_count=0,
-        exit_timeout_s=5.0,
-    )
-    metrics = Metrics()
-    cache = build_node_cache(settings, metrics)
-    app = create_app(
-        settings, build_repository(settings, metrics, cache, gpu_count=0), cache, metrics
-    )
-    assert isinstance(app, InferFirst)
-    app.user_middleware.insert(0, Middleware(_Seen))  # the stack is built at the first call
     _Seen.paths = []
-    async with app.router.lifespan_context(app) as state:
-
-        async def with_state(scope: Scope, receive: Receive, send: Send) -> None:
-            scope["state"] = dict(state or {})
-            await app(scope, receive, send)
-
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=with_state), base_url="http://dp", timeout=60.0
-        ) as client:
-            a = [1.0, 2.0, 3.0, 4.0]
-            body = {
-                "inputs": [
-                    {"name": n, "datatype": "FP32", "shape": [1, 4], "data": a}
-                    for n in ("INPUT0", "INPUT1")
-                ]
-            }
-            answered = await client.post("/v2/models/simple/infer", json=body)
-            versioned = await client.post("/v2/models/simple/versions/1/infer", json=body)
-            unknown = await client.post("/v2/models/nope/infer", json=body)
-            live = await client.get("/v2/health/live")
-            wrong_method = await client.get("/v2/models/simple/infer")
+    async with data_plane(
+        repo,
+        tmp_path / "cache",
+        mode=ModelControlMode.NONE,
+        outer_middleware=[Middleware(_Seen)],
+    ) as client:
+        a = [1.0, 2.0, 3.0, 4.0]
+        body = {
+            "inputs": [
+                {"name": n, "datatype": "FP32", "shape": [1, 4], "data": a}
+                for n in ("INPUT0", "INPUT1")
+            ]
+        }
+        answered = await client.post("/v2/models/simple/infer", json=body)
+        versioned = await client.post("/v2/models/simple/versions/1/infer", json=body)
+        unknown = await client.post("/v2/models/nope/infer", json=body)
+        live = await client.get("/v2/health/live")
+        wrong_method = await client.get("/v2/models/simple/infer")
 
     assert answered.status_code == versioned.status_code == 200
     outputs = {o["name"]: o["data"] for o in answered.json()["outputs"]}
