@@ -7,7 +7,9 @@ c=64 the standard library's JSON took a tenth of the server's samples (py-spy), 
 of it reading the stubs' results.
 
 What orjson refuses falls back to json, so both sides still accept the same messages: an
-integer past 64 bits, and the NaN and Infinity that json writes for such floats.
+integer past 64 bits, and the NaN and Infinity that json writes for such floats. (orjson
+writes a NaN float as null rather than refusing it; the server sends no free floats: a
+request's parameters travel as text the runtime encoded with json.)
 """
 
 from __future__ import annotations
