@@ -18,6 +18,7 @@ from data_plane.app import (
 from data_plane.devices import cuda_device_count
 from data_plane.grpc.server import check_port, grpc_listener
 from data_plane.metrics import Metrics
+from data_plane.routes.infer import DirectInfer
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
 from foundation import serving
@@ -52,6 +53,7 @@ def run(settings: DataPlaneSettings) -> None:
         bind_socket(settings.host, settings.http_port),
         name="data plane",
         drain_timeout_s=settings.exit_timeout_s,
+        direct=DirectInfer(),
         proxy_headers=False,
     )
     listeners: list[AbstractAsyncContextManager[object]] = [http]

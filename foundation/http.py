@@ -17,6 +17,7 @@ from asyncio import TimerHandle
 from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
+import httptools
 import orjson
 import uvicorn
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +26,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from foundation.http_direct import (
+    INTERNAL_ERROR,
+    DirectExchange,
+    DirectRoutes,
+    content_length,
+    response_bytes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -103,23 +112,30 @@ class ServerLimits(BaseModel):
     requests, or not yet sending); when none is idle it is answered 503 and closed."""
 
 
-def http_config(app: ASGIApp, limits: ServerLimits, **options: Any) -> uvicorn.Config:
-    """A uvicorn configuration serving ``app`` under ``limits``; ``options`` are uvicorn's."""
+def http_config(
+    app: ASGIApp, limits: ServerLimits, *, direct: DirectRoutes | None = None, **options: Any
+) -> uvicorn.Config:
+    """A uvicorn configuration serving ``app`` under ``limits``, the requests ``direct``
+    routes taking past ASGI (`foundation.http_direct`); ``options`` are uvicorn's."""
     return uvicorn.Config(
         app,
-        http=limited_http_protocol(limits),
+        http=limited_http_protocol(limits, direct),
         timeout_keep_alive=limits.keep_alive_timeout_s,
         **options,
     )
 
 
-def limited_http_protocol(limits: ServerLimits) -> type[LimitedHttpProtocol]:
-    """The protocol class of one server, holding ``limits`` and the server's own counters."""
+def limited_http_protocol(
+    limits: ServerLimits, direct: DirectRoutes | None = None
+) -> type[LimitedHttpProtocol]:
+    """The protocol class of one server, holding ``limits``, its direct routes and the
+    server's own counters."""
 
     class _ServerProtocol(LimitedHttpProtocol):
         pass
 
     _ServerProtocol.limits = limits
+    _ServerProtocol.direct = direct
     _ServerProtocol.refused_connections = 0
     return _ServerProtocol
 
@@ -187,6 +203,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     """
 
     limits: ClassVar[ServerLimits]
+    direct: ClassVar[DirectRoutes | None] = None
     refused_connections: ClassVar[int] = 0
     warned_at: ClassVar[float] = float("-inf")
     scan_after: ClassVar[float] = float("-inf")
@@ -204,6 +221,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._refusal: tuple[int, str] | None = None
         self._linger: TimerHandle | None = None
         self._number = 0
+        self._exchange: DirectExchange | None = None  # a direct request being received
 
     # Connection events
 
@@ -281,17 +299,74 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._in_head = self._head_started = False
         self._heads_done += 1
         self._head_received = 0
+        if self.direct is not None and self._take_directly(self.direct):
+            return
         before = self.cycle
         super().on_headers_complete()
         if self.cycle is not before:  # not an upgrade, which makes no cycle
             self.cycle.transport = HeadWithBody(self.transport, self.loop)
 
+    def on_body(self, body: bytes) -> None:
+        if self._exchange is not None:
+            self._exchange.body.append(body)
+        else:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        exchange = self._exchange
+        if exchange is not None:
+            self._exchange = None
+            task = self.loop.create_task(self._answer_directly(exchange))
+            task.add_done_callback(self.tasks.discard)
+            self.tasks.add(task)
+        else:
+            super().on_message_complete()
         self._in_head = True
         if self._body_timer is not None:
             self._body_timer.cancel()
             self._body_timer = None
+
+    # Requests answered directly (foundation.http_direct)
+
+    def _take_directly(self, direct: DirectRoutes) -> bool:
+        """Whether the request whose head just ended is answered by a direct route; if so
+        it stands as the connection's cycle from now until its answer is sent."""
+        parser = self.parser
+        if self.expect_100_continue or parser.should_upgrade():
+            return False
+        if self.cycle is not None and not self.cycle.response_complete:
+            return False  # pipelined behind an answer still owed: uvicorn queues it
+        path = httptools.parse_url(self.url).path
+        routed = direct.route(parser.get_method(), path, self.app_state)
+        if routed is None:
+            return False
+        handler, max_body_bytes = routed
+        length = content_length(self.headers)
+        if length is None or length > max_body_bytes:
+            return False
+        keep_alive = parser.get_http_version() != "1.0" and parser.should_keep_alive()
+        exchange = DirectExchange(handler, self.headers, keep_alive=keep_alive)
+        self._exchange = exchange
+        self.cycle = exchange  # type: ignore[assignment]  # what uvicorn reads of a cycle
+        return True
+
+    async def _answer_directly(self, exchange: DirectExchange) -> None:
+        try:
+            response = await exchange.answer()
+        except Exception:
+            logger.exception("a direct route failed")
+            response = INTERNAL_ERROR
+        exchange.response_complete = True
+        if self.transport.is_closing():
+            return  # the client went away, or the server is closing it
+        # Read now: a shutdown meanwhile turned keep-alive off.
+        keep_alive = exchange.keep_alive
+        default_headers = self.server_state.default_headers
+        self.transport.write(response_bytes(response, default_headers, keep_alive=keep_alive))
+        if not keep_alive:
+            self.transport.close()
+        # As after a cycle's answer: counted, and what was pipelined behind it starts.
+        self.on_response_complete()
 
     # Limits
 

@@ -36,6 +36,7 @@ from starlette.types import ASGIApp
 
 from foundation.errors import ZeroserveError
 from foundation.http import ServerLimits, http_config
+from foundation.http_direct import DirectRoutes
 
 __all__ = [
     "STOP_SIGNALS",
@@ -156,6 +157,7 @@ class HttpListener:
         stop_timeout_s: bound on the whole stop, drain and lifespan shutdown included, after
             which the server is cancelled; None leaves it to the drain deadline and the
             app's lifespan.
+        direct: routes answering their requests past ASGI (`foundation.http_direct`).
         options: uvicorn's ``Config`` options beyond these (``server_header``...).
     """
 
@@ -169,11 +171,13 @@ class HttpListener:
         drain_timeout_s: float,
         start_timeout_s: float | None = None,
         stop_timeout_s: float | None = None,
+        direct: DirectRoutes | None = None,
         **options: Any,
     ) -> None:
         config = http_config(
             app,
             limits,
+            direct=direct,
             lifespan="on",
             log_config=None,
             access_log=False,

@@ -11,7 +11,10 @@ as everywhere else.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Mapping
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -24,9 +27,11 @@ from data_plane.compression import choose_response_encoding, decode_body_off_loo
 from data_plane.errors import ZeroserveError
 from data_plane.http_errors import from_error
 from data_plane.protocol import decode_infer_request, encode_infer_response, parse_header_length
+from data_plane.repository import LoadedVersion
 from data_plane.routes.body import ClientDisconnectedError, read_asgi_body
 from data_plane.routes.state import ServerState
 from foundation.http import error_response
+from foundation.http_direct import INTERNAL_ERROR, DirectHandler, DirectResponse
 from foundation.model_config import is_version
 
 logger = logging.getLogger(__name__)
@@ -89,6 +94,55 @@ async def _infer(
     await send({"type": "http.response.body", "body": payload})
 
 
+class DirectInfer:
+    """The infer paths as `foundation.http_direct.DirectRoutes`: on a real server an infer
+    request is answered on its connection, past uvicorn's ASGI cycle, with the same answers
+    (:class:`InferFirst` answers those that do not go direct, and every request of an
+    in-process client). A percent-encoded path goes the ASGI way, which decodes it."""
+
+    def route(
+        self, method: bytes, path: bytes, state: Mapping[str, Any]
+    ) -> tuple[DirectHandler, int] | None:
+        if method != b"POST" or b"%" in path or not path.isascii():
+            return None
+        target = match_infer_path(path.decode("ascii"))
+        if target is None:
+            return None
+        server_state = cast(ServerState, state)
+        handler = functools.partial(_answer_directly, server_state, *target)
+        return handler, server_state["settings"].max_input_bytes
+
+
+async def _answer_directly(
+    state: ServerState,
+    name: str,
+    version: int | None,
+    headers: list[tuple[bytes, bytes]],
+    body: bytes,
+) -> DirectResponse:
+    try:
+        model = _model(state, name, version)
+        response_headers, payload = await _answer(state, dict(headers), body, model)
+    except ZeroserveError as exc:
+        error = from_error(exc)
+        return DirectResponse(
+            error.status_code,
+            [header for header in error.raw_headers if header[0] != b"content-length"],
+            bytes(error.body),
+        )
+    except Exception:
+        logger.exception("unexpected error serving infer for %s", name)
+        return INTERNAL_ERROR
+    return DirectResponse(200, response_headers, payload)
+
+
+def _model(state: ServerState, name: str, version: int | None) -> LoadedVersion:
+    handler = state["handlers"].infer
+    model = handler.model(name, version)
+    handler.check_not_decoupled(model, _DECOUPLED)
+    return model
+
+
 async def _handle(
     state: ServerState,
     headers: dict[bytes, bytes],
@@ -96,11 +150,18 @@ async def _handle(
     name: str,
     version: int | None,
 ) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    handler = state["handlers"].infer
-    model = handler.model(name, version)
-    handler.check_not_decoupled(model, _DECOUPLED)
+    model = _model(state, name, version)
     max_bytes = state["settings"].max_input_bytes
     body = await read_asgi_body(receive, headers.get(b"content-length"), max_bytes)
+    return await _answer(state, headers, body, model)
+
+
+async def _answer(
+    state: ServerState, headers: dict[bytes, bytes], body: bytes, model: LoadedVersion
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The answer's headers and payload for a request of ``model`` with this body."""
+    handler = state["handlers"].infer
+    max_bytes = state["settings"].max_input_bytes
     encoding = headers.get(b"content-encoding")
     if encoding is not None:
         body = await decode_body_off_loop(body, encoding.decode("latin-1"), max_bytes=max_bytes)

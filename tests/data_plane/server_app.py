@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.types import Receive, Scope, Send
 
@@ -19,6 +20,7 @@ from data_plane.metrics import Metrics
 from data_plane.repository import ModelRepository
 from data_plane.settings import DataPlaneSettings, ModelControlMode
 from data_plane.state import Lifecycle, is_explicit
+from data_plane.storage import NodeCache
 
 
 def _settings(
@@ -43,6 +45,35 @@ def _settings(
     )
 
 
+def app_for(
+    repo: Path,
+    cache_dir: Path,
+    *,
+    mode: ModelControlMode = ModelControlMode.EXPLICIT,
+    load_models: tuple[str, ...] = (),
+    allowed_storage: tuple[str, ...] = (),
+    **overrides: Any,
+) -> tuple[Starlette, DataPlaneSettings]:
+    """The data plane's app serving ``repo`` and its settings, nothing started (its
+    lifespan loads the start-up models); ``overrides`` are more settings."""
+    settings = _settings(
+        repo,
+        cache_dir,
+        mode=mode,
+        load_models=load_models,
+        allowed_storage=allowed_storage,
+        **overrides,
+    )
+    metrics, cache, repository = _parts(settings)
+    return create_app(settings, repository, cache, metrics), settings
+
+
+def _parts(settings: DataPlaneSettings) -> tuple[Metrics, NodeCache, ModelRepository]:
+    metrics = Metrics()
+    cache = build_node_cache(settings, metrics)
+    return metrics, cache, build_repository(settings, metrics, cache, gpu_count=0)
+
+
 @contextlib.asynccontextmanager
 async def data_plane(
     repo: Path,
@@ -58,7 +89,7 @@ async def data_plane(
     have them before it answers); everything is shut down on exit. ``outer_middleware`` go
     at the top of the app's middleware stack; ``overrides`` are more settings
     (``server_id``, ``repository_poll_s``...)."""
-    settings = _settings(
+    app, _ = app_for(
         repo,
         cache_dir,
         mode=mode,
@@ -66,10 +97,6 @@ async def data_plane(
         allowed_storage=allowed_storage,
         **overrides,
     )
-    metrics = Metrics()
-    cache = build_node_cache(settings, metrics)
-    repository = build_repository(settings, metrics, cache, gpu_count=0)
-    app = create_app(settings, repository, cache, metrics)
     app.user_middleware[:0] = outer_middleware  # the stack is built at the first request
     async with app.router.lifespan_context(app) as state:
 
@@ -114,9 +141,7 @@ async def data_plane_core(
         allowed_storage=allowed_storage,
         exit_timeout_s=exit_timeout_s,
     )
-    metrics = Metrics()
-    cache = build_node_cache(settings, metrics)
-    repository = build_repository(settings, metrics, cache, gpu_count=0)
+    metrics, cache, repository = _parts(settings)
     lifecycle = Lifecycle()
     handlers = Handlers.create(repository, lifecycle, metrics, is_explicit=is_explicit(settings))
     try:
