@@ -45,7 +45,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -249,33 +249,59 @@ def check_answers(urls: dict[str, str], body: bytes) -> None:
             raise RuntimeError(f"{key} answered {answer}, others {first}")
 
 
+@dataclass(frozen=True)
+class Contenders:
+    """Both servers over one repository (not started), each contender's infer URL, and
+    the request body and wrk script every run sends."""
+
+    zeroserve: ServerProcess
+    triton: ServerProcess
+    urls: dict[str, str]
+    body: bytes
+    script: Path
+
+
+def contenders(
+    folder: Path,
+    triton_root: Path,
+    *,
+    zeroserve_options: Sequence[str] = (),
+    triton_options: Sequence[str] = (),
+) -> Contenders:
+    """The repository, the servers (with these extra options) and the load, in ``folder``."""
+    repository = folder / "repo"
+    write_repository(repository)
+    body = request_body()
+    zs_port, triton_port = free_port(), free_port()
+    zeroserve = ServerProcess(
+        [
+            *server_command(repository, zs_port, ["mlp_triton", "mlp_inprocess"]),
+            "--grpc-port",
+            "0",
+            *zeroserve_options,
+        ],
+        zs_port,
+        folder / "zeroserve.log",
+    )
+    triton = ServerProcess(
+        [*triton_command(triton_root, repository, triton_port), *triton_options],
+        triton_port,
+        folder / "triton.log",
+    )
+    urls = {
+        "zeroserve_triton": f"http://127.0.0.1:{zs_port}/v2/models/mlp_triton/infer",
+        "zeroserve_inprocess": f"http://127.0.0.1:{zs_port}/v2/models/mlp_inprocess/infer",
+        "triton": f"http://127.0.0.1:{triton_port}/v2/models/mlp_triton/infer",
+    }
+    return Contenders(zeroserve, triton, urls, body, lua_script(folder, body))
+
+
 def run(args: argparse.Namespace) -> list[Point]:
     with tempfile.TemporaryDirectory(prefix="zeroserve-bench-pb-") as tmp:
         folder = Path(tmp)
-        repository = folder / "repo"
-        write_repository(repository)
-        body = request_body()
-        script = lua_script(folder, body)
-        zs_port, triton_port = free_port(), free_port()
-        zeroserve = ServerProcess(
-            [
-                *server_command(repository, zs_port, ["mlp_triton", "mlp_inprocess"]),
-                "--grpc-port",
-                "0",
-            ],
-            zs_port,
-            folder / "zeroserve.log",
-        )
-        triton = ServerProcess(
-            triton_command(args.triton_root, repository, triton_port),
-            triton_port,
-            folder / "triton.log",
-        )
-        urls = {
-            "zeroserve_triton": f"http://127.0.0.1:{zs_port}/v2/models/mlp_triton/infer",
-            "zeroserve_inprocess": f"http://127.0.0.1:{zs_port}/v2/models/mlp_inprocess/infer",
-            "triton": f"http://127.0.0.1:{triton_port}/v2/models/mlp_triton/infer",
-        }
+        servers = contenders(folder, args.triton_root)
+        zeroserve, triton, urls = servers.zeroserve, servers.triton, servers.urls
+        body, script = servers.body, servers.script
         points: list[Point] = []
         with onnxruntime_for_triton(folder / "ort"), zeroserve, triton:
             check_answers(urls, body)
@@ -350,26 +376,12 @@ def table(points: Sequence[Point], concurrency: Sequence[int]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--triton-root",
-        type=Path,
-        default=None,
-        help="the tritonserver folder of an unpacked nvidia-pytriton wheel (bin/, backends/); "
-        "default: the one bench.triton_server installs into its cache folder",
-    )
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--duration-s", type=int, default=10)
-    parser.add_argument("--warmup-s", type=int, default=3)
-    parser.add_argument("--pause-s", type=float, default=1.0)
+    add_run_arguments(parser)
     parser.add_argument("--output", type=Path, help="write every point and the table as JSON")
     args = parser.parse_args(argv)
-    if args.triton_root is None:
-        install = triton_install()
-        if isinstance(install, str):
-            print(f"real Triton cannot run here: {install}", file=sys.stderr)
-            return 2
-        args.triton_root = install.binary.parents[1]
+    if not has_triton(args):
+        return 2
     points = run(args)
     text = table(points, args.concurrency)
     cpu = cpu_table(points, args.concurrency)
@@ -377,23 +389,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("CPU per request, server + stubs (us):")
     print(cpu)
     if args.output is not None:
-        args.output.write_text(
-            json.dumps(
-                {
-                    "model": SPEC.description,
-                    "points": [asdict(p) for p in points],
-                    "table": text,
-                    "cpu_table_us": cpu,
-                    "load_average": [p.load_average for p in points],
-                    "cpu_count": os.cpu_count(),
-                    "machine": machine.describe(
-                        Path(__file__).resolve().parents[1], load_generator="wrk"
-                    ),
-                },
-                indent=2,
-            )
+        write_output(
+            args.output,
+            {
+                "points": [asdict(p) for p in points],
+                "table": text,
+                "cpu_table_us": cpu,
+                "load_average": [p.load_average for p in points],
+                "cpu_count": os.cpu_count(),
+            },
         )
     return 0
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every run over :func:`contenders` takes."""
+    parser.add_argument(
+        "--triton-root",
+        type=Path,
+        default=None,
+        help="the tritonserver folder of an unpacked nvidia-pytriton wheel (bin/, backends/); "
+        "default: the one bench.triton_server installs into its cache folder",
+    )
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--duration-s", type=int, default=10)
+    parser.add_argument("--warmup-s", type=int, default=3)
+    parser.add_argument("--pause-s", type=float, default=1.0)
+
+
+def has_triton(args: argparse.Namespace) -> bool:
+    """Whether real Triton can run, ``args.triton_root`` set to it (installed into the
+    cache folder when not given); says why not on stderr."""
+    if args.triton_root is None:
+        install = triton_install()
+        if isinstance(install, str):
+            print(f"real Triton cannot run here: {install}", file=sys.stderr)
+            return False
+        args.triton_root = install.binary.parents[1]
+    return True
+
+
+def write_output(path: Path, results: dict[str, Any]) -> None:
+    """A run's ``results`` as JSON, with the model and the machine they were taken on."""
+    root = Path(__file__).resolve().parents[1]
+    machine_now = machine.describe(root, load_generator="wrk")
+    path.write_text(
+        json.dumps({"model": SPEC.description, **results, "machine": machine_now}, indent=2)
+    )
 
 
 if __name__ == "__main__":
