@@ -3,7 +3,11 @@
 Each cycle loads a ~4 MiB MLP (1024x1024 + 1024x16 float32 weights), runs one batch and
 unloads. The first cycles (20, 5 for torch.export) are excluded: they fill allocator pools,
 thread stacks and the engines' one-time caches. Afterwards the resident set (from
-``/proc/self/statm``) may grow by at most :data:`RSS_GROWTH_BOUND_MIB`.
+``/proc/self/statm``) may grow by at most :data:`RSS_GROWTH_BOUND_MIB`: the median of the
+last ten readings (five for torch.export) against that of the ten before the measured
+cycles. One reading against another compared noise: with the ONNX runtime's two sessions for
+a small model, a reading swings by up to 58 MiB from cycle to cycle with no trend (794 to 852
+MiB over 80 cycles in a full-suite worker, which failed a max-against-one-reading check).
 
 In a pytest worker that has run many tests before, the warm-up takes longer: TorchScript
 grew 54 MiB over its first 16 cycles there (glibc's per-thread malloc arenas filling as torch's
@@ -22,6 +26,7 @@ every six would exceed it (40 MiB over sixty cycles).
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +44,8 @@ from tests.models import (
 )
 
 RSS_GROWTH_BOUND_MIB = 32.0
+WINDOW = 10
+"""Readings whose median stands for the resident set at the start and at the end."""
 SIZES = (1024, 1024, 16)
 
 _STATM = Path("/proc/self/statm")
@@ -77,8 +84,9 @@ async def test_load_unload_cycles_do_not_grow_rss(
         del runtime
         readings.append(_rss_mib())
 
-    baseline = readings[warmup - 1]
-    growth_mib = max(readings[warmup:]) - baseline
+    window = min(WINDOW, warmup)
+    baseline = statistics.median(readings[warmup - window : warmup])
+    growth_mib = statistics.median(readings[-window:]) - baseline
     assert growth_mib < RSS_GROWTH_BOUND_MIB, (
         f"RSS grew {growth_mib:.1f} MiB over {cycles - warmup} cycles "
         f"(from {baseline:.1f} MiB; readings {[round(r) for r in readings]})"
