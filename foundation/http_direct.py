@@ -3,9 +3,9 @@
 uvicorn turns every request into an ASGI scope, a request-response cycle with its event and
 task, the message dicts of ``receive`` and ``send``, and a check of every response header.
 For a small answer that machinery costs more than the exchange: a constant JSON answer took
-27-28 µs of server CPU a request at 64 connections on uvicorn against 9 µs on httptools'
+27-29 µs of server CPU a request at 64 connections on uvicorn against 9 µs on httptools'
 parser alone, 65-77 µs against 28 µs with one client; on the data plane's infer path,
-answering directly served the Python-backend benchmark's model 1.04 / 1.17 / 1.14 times as
+answering directly served the Python-backend benchmark's model 1.06 / 1.12 / 1.15 times as
 fast at 1 / 8 / 64 connections (bench/README.md, "HTTP past ASGI").
 
 A server given `DirectRoutes` asks them, once a request's head is parsed, whether they answer
