@@ -50,7 +50,17 @@ Kinds, stub to server:
 ``release``       ``{offsets}``: blocks of the input arena the stub has copied out.
 ``finalize_done`` ``{}``.
 
-Standard library only: the stub frames its first message before importing numpy.
+The text is written and read with orjson where the interpreter has it (the server's always
+does; a stub in a model's own environment may not) and with the standard library's json
+otherwise; both read what either writes. orjson takes a fraction of json's time (a
+25-request ``execute`` written in 4.8 µs against 52.3, its ``result`` read in 9.4 against
+30.7), and what it refuses goes to json: an integer past 64 bits, and the NaN and Infinity
+that json writes for such floats. (orjson writes a NaN float as null instead of refusing it;
+the messages carry no free floats but a BLS call's timeout, and a request's parameters
+travel as text encoded with json.)
+
+Standard library only besides that optional orjson: the stub frames its first message
+before importing numpy.
 """
 
 from __future__ import annotations
@@ -60,8 +70,13 @@ import select
 import socket
 import struct
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Final
+
+try:
+    import orjson
+except ImportError:  # a model's own environment without it: json alone
+    orjson = None  # type: ignore[assignment]
 
 HEADER: Final = struct.Struct("<I")
 """The length prefix of every message."""
@@ -79,13 +94,34 @@ class ChannelClosedError(Exception):
 
 
 def encode(message: Message) -> bytes:
-    """The framed bytes of ``message``."""
-    body = _ENCODER.encode(message).encode("utf-8")
-    return HEADER.pack(len(body)) + body
+    """The framed bytes of ``message`` (orjson's text where it can write it)."""
+    if orjson is not None:
+        try:
+            body = orjson.dumps(message)
+        except orjson.JSONEncodeError:
+            return encode_json(message)
+        return HEADER.pack(len(body)) + body
+    return encode_json(message)
 
 
 def decode(body: bytes) -> Message:
     """The message in a frame's body; ValueError when it is not a JSON object."""
+    if orjson is not None:
+        try:
+            return checked(orjson.loads(body))
+        except orjson.JSONDecodeError:
+            pass
+    return decode_json(body)
+
+
+def encode_json(message: Message) -> bytes:
+    """:func:`encode` with the standard library's json alone."""
+    body = _ENCODER.encode(message).encode("utf-8")
+    return HEADER.pack(len(body)) + body
+
+
+def decode_json(body: bytes) -> Message:
+    """:func:`decode` with the standard library's json alone."""
     return checked(json.loads(body))
 
 
@@ -105,12 +141,10 @@ def body_length(header: bytes) -> int:
 
 
 class FrameBuffer:
-    """Bytes as they arrive in, whole messages out (frames may be split or joined), each
-    body read by ``decode`` (the server passes a faster one than the stub's)."""
+    """Bytes as they arrive in, whole messages out (frames may be split or joined)."""
 
-    def __init__(self, decode: Callable[[bytes], Message] = decode) -> None:
+    def __init__(self) -> None:
         self._data = bytearray()
-        self._decode = decode
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         self._data += data
@@ -124,7 +158,7 @@ class FrameBuffer:
                 return
             body = bytes(data[HEADER.size : end])
             del data[:end]
-            yield self._decode(body)
+            yield decode(body)
 
 
 class Channel:

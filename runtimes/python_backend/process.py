@@ -33,7 +33,7 @@ from runtimes.model_request import (
     ModelCaller,
     RequestContext,
 )
-from runtimes.python_backend import messages, server_messages, tensors
+from runtimes.python_backend import messages, tensors
 from runtimes.python_backend.arena import Arena
 from runtimes.python_backend.bls_server import BlsCalls
 from runtimes.python_backend.limits import StubLimits
@@ -323,7 +323,7 @@ class StubProcess:
 
     def _send(self, message: Message) -> None:
         assert self._transport is not None, "open() first"
-        self._transport.write(server_messages.encode(message))
+        self._transport.write(messages.encode(message))
 
     def _release(self, execution: int) -> None:
         for offset in self._held.pop(execution, ()):
@@ -416,7 +416,7 @@ class _ChannelProtocol(asyncio.BufferedProtocol):
 
     def __init__(self, stub: StubProcess) -> None:
         self._stub = stub
-        self._frames = messages.FrameBuffer(server_messages.decode)
+        self._frames = messages.FrameBuffer()
         self._buffer = bytearray(1 << 16)
 
     def get_buffer(self, sizehint: int) -> memoryview:
