@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -104,7 +105,7 @@ def _app(events: list[str], *, hold: asyncio.Event | None = None) -> Starlette:
     return Starlette(routes=[Route("/", hello), Route("/slow", slow)], lifespan=lifespan)
 
 
-def _listener(app: Starlette, **options: object) -> HttpListener:
+def _listener(app: Starlette, **options: Any) -> HttpListener:
     return HttpListener(
         app,
         ServerLimits(),
