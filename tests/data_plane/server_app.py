@@ -56,7 +56,7 @@ def app_for(
 ) -> tuple[Starlette, DataPlaneSettings]:
     """The data plane's app serving ``repo`` and its settings, nothing started (its
     lifespan loads the start-up models); ``overrides`` are more settings."""
-    settings = _settings(
+    settings, metrics, cache, repository = _parts(
         repo,
         cache_dir,
         mode=mode,
@@ -64,14 +64,18 @@ def app_for(
         allowed_storage=allowed_storage,
         **overrides,
     )
-    metrics, cache, repository = _parts(settings)
     return create_app(settings, repository, cache, metrics), settings
 
 
-def _parts(settings: DataPlaneSettings) -> tuple[Metrics, NodeCache, ModelRepository]:
+def _parts(
+    repo: Path, cache_dir: Path, **settings_fields: Any
+) -> tuple[DataPlaneSettings, Metrics, NodeCache, ModelRepository]:
+    """The settings (`_settings` with ``settings_fields``) and what a data plane builds
+    from them: its metrics, node cache and repository."""
+    settings = _settings(repo, cache_dir, **settings_fields)
     metrics = Metrics()
     cache = build_node_cache(settings, metrics)
-    return metrics, cache, build_repository(settings, metrics, cache, gpu_count=0)
+    return settings, metrics, cache, build_repository(settings, metrics, cache, gpu_count=0)
 
 
 @contextlib.asynccontextmanager
@@ -133,7 +137,7 @@ async def data_plane_core(
 ) -> AsyncIterator[Core]:
     """The handlers of a data plane serving ``repo``, start-up loads done; every model is
     unloaded and the node cache closed on exit. ``exit_timeout_s`` bounds each drain."""
-    settings = _settings(
+    settings, metrics, cache, repository = _parts(
         repo,
         cache_dir,
         mode=mode,
@@ -141,7 +145,6 @@ async def data_plane_core(
         allowed_storage=allowed_storage,
         exit_timeout_s=exit_timeout_s,
     )
-    metrics, cache, repository = _parts(settings)
     lifecycle = Lifecycle()
     handlers = Handlers.create(repository, lifecycle, metrics, is_explicit=is_explicit(settings))
     try:
