@@ -28,8 +28,8 @@ from starlette.types import ASGIApp
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from foundation.http_direct import (
-    INTERNAL_ERROR,
     DirectExchange,
+    DirectResponse,
     DirectRoutes,
     content_length,
     response_bytes,
@@ -59,6 +59,17 @@ def error_response(
         media_type="application/json",
         headers=dict(headers) if headers else None,
     )
+
+
+def direct_response(response: Response) -> DirectResponse:
+    """``response`` as a direct route returns it: status, headers but content-length (which
+    the sender writes), body."""
+    headers = [header for header in response.raw_headers if header[0] != b"content-length"]
+    return DirectResponse(response.status_code, headers, bytes(response.body))
+
+
+INTERNAL_ERROR: Final = direct_response(error_response("internal server error", 500))
+"""The generic 500 of an unexpected failure, as :func:`handle_unexpected` answers it."""
 
 
 def status_for(error: BaseException, table: Mapping[type[BaseException], int]) -> int:

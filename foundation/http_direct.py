@@ -29,8 +29,6 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-import orjson
-
 Headers = list[tuple[bytes, bytes]]
 """A request's headers as uvicorn parses them: names in lower case, in order."""
 
@@ -45,11 +43,7 @@ class DirectResponse:
 
 DirectHandler = Callable[[Headers, bytes], Awaitable[DirectResponse]]
 """Answers one request from its headers and body. It should answer its errors itself; an
-exception out of it is logged and answered 500 (:data:`INTERNAL_ERROR`)."""
-
-INTERNAL_ERROR: Final = DirectResponse(
-    500, ((b"content-type", b"application/json"),), orjson.dumps({"error": "internal server error"})
-)
+exception out of it is logged and answered 500 (``foundation.http.INTERNAL_ERROR``)."""
 
 
 class DirectRoutes(Protocol):

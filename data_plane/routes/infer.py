@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, cast
 
 from starlette.applications import Starlette
@@ -30,8 +30,8 @@ from data_plane.protocol import decode_infer_request, encode_infer_response, par
 from data_plane.repository import LoadedVersion
 from data_plane.routes.body import ClientDisconnectedError, read_asgi_body
 from data_plane.routes.state import ServerState
-from foundation.http import error_response
-from foundation.http_direct import INTERNAL_ERROR, DirectHandler, DirectResponse
+from foundation.http import INTERNAL_ERROR, direct_response
+from foundation.http_direct import DirectHandler, DirectResponse
 from foundation.model_config import is_version
 
 logger = logging.getLogger(__name__)
@@ -77,21 +77,15 @@ async def _infer(
     scope: Scope, receive: Receive, send: Send, name: str, version: int | None
 ) -> None:
     state: ServerState = scope["state"]
+    headers = dict(scope["headers"])
     try:
-        headers = dict(scope["headers"])
-        status_headers, payload = await _handle(state, headers, receive, name, version)
-    except ZeroserveError as exc:
-        await from_error(exc)(scope, receive, send)
-        return
+        response = await _guarded(name, _handle(state, headers, receive, name, version))
     except ClientDisconnectedError:
         return
-    except Exception:
-        logger.exception("unexpected error serving infer for %s", name)
-        await error_response("internal server error", 500)(scope, receive, send)
-        return
-    status_headers.append((b"content-length", str(len(payload)).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": status_headers})
-    await send({"type": "http.response.body", "body": payload})
+    response_headers = [*response.headers, (b"content-length", b"%d" % len(response.body))]
+    start = {"type": "http.response.start", "status": response.status, "headers": response_headers}
+    await send(start)
+    await send({"type": "http.response.body", "body": response.body})
 
 
 class DirectInfer:
@@ -120,16 +114,21 @@ async def _answer_directly(
     headers: list[tuple[bytes, bytes]],
     body: bytes,
 ) -> DirectResponse:
+    return await _guarded(name, _handle_body(state, dict(headers), body, name, version))
+
+
+async def _guarded(
+    name: str, answer: Awaitable[tuple[list[tuple[bytes, bytes]], bytes]]
+) -> DirectResponse:
+    """What ``answer`` gives, or its error as the answer: a ZeroserveError through the data
+    plane's table, anything unexpected as a logged 500. A client gone before its body
+    arrived is no answer at all: ClientDisconnectedError passes through."""
     try:
-        model = _model(state, name, version)
-        response_headers, payload = await _answer(state, dict(headers), body, model)
+        response_headers, payload = await answer
     except ZeroserveError as exc:
-        error = from_error(exc)
-        return DirectResponse(
-            error.status_code,
-            [header for header in error.raw_headers if header[0] != b"content-length"],
-            bytes(error.body),
-        )
+        return direct_response(from_error(exc))
+    except ClientDisconnectedError:
+        raise
     except Exception:
         logger.exception("unexpected error serving infer for %s", name)
         return INTERNAL_ERROR
@@ -154,6 +153,12 @@ async def _handle(
     max_bytes = state["settings"].max_input_bytes
     body = await read_asgi_body(receive, headers.get(b"content-length"), max_bytes)
     return await _answer(state, headers, body, model)
+
+
+async def _handle_body(
+    state: ServerState, headers: dict[bytes, bytes], body: bytes, name: str, version: int | None
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    return await _answer(state, headers, body, _model(state, name, version))
 
 
 async def _answer(

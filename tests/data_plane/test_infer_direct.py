@@ -19,6 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
+from data_plane.routes import infer as infer_route
 from data_plane.routes.infer import DirectInfer
 from data_plane.settings import ModelControlMode
 from foundation.http_direct import DirectHandler, DirectResponse, Headers
@@ -184,3 +185,21 @@ async def test_answers_and_errors_are_triton_s(tmp_path: Path) -> None:
     assert encoded.status_code == 200 and encoded.json() == answered.json()
     assert b"/v2/models/%73imple/infer" not in routes.taken
     assert len(routes.taken) == 4
+
+
+async def test_an_unexpected_failure_is_the_same_logged_500_both_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No request makes the decoder fail unexpectedly, so one is made to.
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("decoder bug")
+
+    monkeypatch.setattr(infer_route, "decode_infer_request", broken)
+    path, body, headers = REQUESTS["answered"]
+    async with _data_plane(tmp_path, _Counted()) as client:
+        direct = await client.post(path, content=body, headers=headers)
+        through_asgi = await client.post(path, content=_chunked(body), headers=headers)
+
+    assert _seen(direct) == _seen(through_asgi)
+    assert direct.status_code == 500
+    assert direct.json() == {"error": "internal server error"}
