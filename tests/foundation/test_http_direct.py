@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from foundation.http import ServerLimits
 from foundation.http_direct import (
     DirectHandler,
     DirectResponse,
@@ -22,7 +21,8 @@ from foundation.http_direct import (
     content_length,
     response_bytes,
 )
-from foundation.serving import HttpListener, bind_socket
+from foundation.serving import HttpListener
+from tests.foundation.listeners import loopback_listener
 
 pytestmark = pytest.mark.anyio
 
@@ -73,20 +73,9 @@ async def _asgi(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": answer})
 
 
-def _listener(routes: _Routes) -> HttpListener:
-    return HttpListener(
-        _asgi,
-        ServerLimits(),
-        bind_socket("127.0.0.1", 0),
-        name="test",
-        drain_timeout_s=WAIT_S,
-        direct=routes,
-    )
-
-
 @contextlib.asynccontextmanager
 async def _server(routes: _Routes) -> AsyncIterator[HttpListener]:
-    async with _listener(routes) as listener:
+    async with loopback_listener(_asgi, direct=routes) as listener:
         yield listener
 
 
@@ -259,7 +248,7 @@ async def test_a_client_gone_before_its_answer_leaves_the_server_serving() -> No
 
 async def test_a_graceful_stop_waits_for_an_owed_answer_and_then_closes() -> None:
     routes = _Routes()
-    listener = _listener(routes)
+    listener = loopback_listener(_asgi, direct=routes)
     await listener.__aenter__()
     stopped = False
     try:

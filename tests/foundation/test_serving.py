@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
@@ -21,16 +20,14 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from foundation.http import ServerLimits
 from foundation.serving import (
-    HttpListener,
     Lifecycle,
     ServerStartError,
     StopSignals,
-    bind_socket,
     graceful,
     serve,
 )
+from tests.foundation.listeners import loopback_listener
 
 pytestmark = pytest.mark.anyio
 
@@ -105,19 +102,6 @@ def _app(events: list[str], *, hold: asyncio.Event | None = None) -> Starlette:
     return Starlette(routes=[Route("/", hello), Route("/slow", slow)], lifespan=lifespan)
 
 
-def _listener(app: Starlette, **options: Any) -> HttpListener:
-    return HttpListener(
-        app,
-        ServerLimits(),
-        bind_socket("127.0.0.1", 0),
-        name="test",
-        drain_timeout_s=WAIT_S,
-        start_timeout_s=WAIT_S,
-        stop_timeout_s=2 * WAIT_S,
-        **options,
-    )
-
-
 def _is_refused(url: str) -> bool:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     try:
@@ -129,7 +113,7 @@ def _is_refused(url: str) -> bool:
 
 async def test_a_listener_serves_its_app_and_closes_its_socket() -> None:
     events: list[str] = []
-    async with _listener(_app(events)) as listener:
+    async with loopback_listener(_app(events)) as listener:
         assert events == ["startup"]
         async with httpx.AsyncClient(base_url=listener.url, timeout=WAIT_S) as client:
             assert (await client.get("/")).text == "hello"
@@ -140,7 +124,7 @@ async def test_a_listener_serves_its_app_and_closes_its_socket() -> None:
 async def test_a_listener_drains_the_requests_in_flight() -> None:
     events: list[str] = []
     hold = asyncio.Event()
-    listener = _listener(_app(events, hold=hold))
+    listener = loopback_listener(_app(events, hold=hold))
     async with httpx.AsyncClient(timeout=WAIT_S) as client, asyncio.timeout(WAIT_S):
         await listener.__aenter__()
         request = asyncio.create_task(client.get(f"{listener.url}/slow"))
@@ -164,7 +148,7 @@ async def test_a_failed_startup_is_a_start_error_and_frees_the_port() -> None:
         raise RuntimeError("no model repository")
         yield
 
-    listener = _listener(Starlette(lifespan=failing))
+    listener = loopback_listener(Starlette(lifespan=failing))
     with pytest.raises(ServerStartError, match="the test server did not start"):
         async with listener:
             pytest.fail("entered a listener whose startup failed")
@@ -223,7 +207,7 @@ async def test_a_signal_stops_every_listener_of_the_process_together() -> None:
     SIGTERM to this process fails readiness, then stops them, the last started first."""
     events: list[str] = []
     lifecycle = Lifecycle()
-    http = _listener(_app(events))
+    http = loopback_listener(_app(events))
 
     class SignalWhenStarted(RecordingListener):
         async def __aenter__(self) -> RecordingListener:
