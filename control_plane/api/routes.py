@@ -106,7 +106,13 @@ async def openapi(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     registry: CollectorRegistry = request.state.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    body = generate_latest(registry)
+    workers = request.state.worker_metrics
+    if workers is not None:
+        # The platform's families and the workers' never share a name (zeroserve_* against
+        # nv_* and vllm:*), so the two pages joined are one valid page.
+        body += (await workers.exposition()).encode()
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 async def healthz(request: Request) -> Response:
