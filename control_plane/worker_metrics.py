@@ -3,7 +3,9 @@
 In ``zeroserve up`` the workers are child processes on ports chosen at run time, which no
 Prometheus configuration can name in advance. So the admin port's ``/metrics`` scrapes every
 worker the backend lists at the moment it is itself scraped, keeps the families whose names
-start with the configured prefixes (Triton's ``nv_*``, vLLM's ``vllm:*``), adds a ``worker``
+start with the configured prefixes (Triton's ``nv_*``, vLLM's ``vllm:*``, the workers' own
+``zeroserve_*``: node cache, model states) and that the platform's page does not already
+name, adds a ``worker``
 label to each sample, so that one model served by two workers gives two series, and renders
 them after the platform's own families. A worker that has stopped is no longer listed, so
 its families are gone from the next scrape; one that does not answer within the timeout is
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -96,15 +98,18 @@ def _families(page: str) -> Iterable[_Family]:
         yield current
 
 
-def merge_families(pages: Sequence[tuple[str, str]], prefixes: Sequence[str]) -> str:
+def merge_families(
+    pages: Sequence[tuple[str, str]], prefixes: Sequence[str], exclude: Collection[str] = ()
+) -> str:
     """One exposition of the families named by ``prefixes`` across ``pages`` (pairs of a
-    worker id and its ``/metrics`` text): each family once, with the HELP and TYPE lines of
-    the first page that has it, and every page's samples labelled ``worker="<id>"``."""
+    worker id and its ``/metrics`` text), less those named in ``exclude``: each family once,
+    with the HELP and TYPE lines of the first page that has it, and every page's samples
+    labelled ``worker="<id>"``."""
     merged: dict[str, _Family] = {}
     for worker_id, page in pages:
         label = f'worker="{_escape(worker_id)}"'
         for family in _families(page):
-            if not family.name.startswith(tuple(prefixes)):
+            if not family.name.startswith(tuple(prefixes)) or family.name in exclude:
                 continue
             into = merged.setdefault(family.name, _Family(family.name, family.comments))
             into.samples.extend(_labelled(sample, label) for sample in family.samples)
@@ -127,7 +132,7 @@ class WorkerMetrics:
         workers: WorkerList,
         *,
         timeout_s: float,
-        prefixes: Sequence[str] = ("nv_", "vllm:"),
+        prefixes: Sequence[str] = ("nv_", "vllm:", "zeroserve_"),
     ) -> None:
         self._workers = workers
         self._timeout_s = timeout_s
@@ -159,14 +164,16 @@ class WorkerMetrics:
             logger.debug("worker %s: /metrics not read: %r", worker.id, exc)
             return None
 
-    async def exposition(self) -> str:
-        """The workers' families as Prometheus text; empty when no worker answers."""
+    async def exposition(self, exclude: Collection[str] = ()) -> str:
+        """The workers' families as Prometheus text, less the families named in ``exclude``
+        (the platform's own, which a page may hold once only); empty when no worker
+        answers."""
         workers = self._workers.list_workers()
         if not workers:
             return ""
         pages = await asyncio.gather(*(self._page(worker) for worker in workers))
         answered = [(w.id, page) for w, page in zip(workers, pages, strict=True) if page]
-        return merge_families(answered, self._prefixes)
+        return merge_families(answered, self._prefixes, exclude)
 
     async def close(self) -> None:
         await self._http.aclose()

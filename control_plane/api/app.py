@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Protocol, TypedDict
 
 from prometheus_client import CollectorRegistry
@@ -33,7 +33,7 @@ class Acting(Protocol):
 
 
 class WorkerMetricsSource(Protocol):
-    async def exposition(self) -> str: ...
+    async def exposition(self, exclude: Collection[str] = ()) -> str: ...
 
 
 class AdminState(TypedDict):

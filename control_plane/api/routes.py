@@ -109,9 +109,10 @@ async def metrics(request: Request) -> Response:
     body = generate_latest(registry)
     workers = request.state.worker_metrics
     if workers is not None:
-        # The platform's families and the workers' never share a name (zeroserve_* against
-        # nv_* and vllm:*), so the two pages joined are one valid page.
-        body += (await workers.exposition()).encode()
+        # A family may appear once on a page: the workers' are left out where the platform
+        # names the same family itself.
+        own = {line.split()[2] for line in body.decode().splitlines() if line.startswith("# TYPE")}
+        body += (await workers.exposition(exclude=own)).encode()
     return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 

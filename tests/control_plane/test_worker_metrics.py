@@ -67,6 +67,15 @@ def test_each_family_once_with_every_workers_samples_labelled() -> None:
     assert 'nv_inference_request_success{worker="w-1",model="a",version="1"} 3' in text
 
 
+def test_families_the_platform_names_itself_are_left_out() -> None:
+    pages = [("w-1", _page("a", 3))]
+    both = merge_families(pages, ("nv_", "zeroserve_"))
+    assert "zeroserve_model_state{" in both
+    text = merge_families(pages, ("nv_", "zeroserve_"), exclude={"zeroserve_model_state"})
+    assert "zeroserve_model_state" not in text
+    assert "nv_inference_request_success{" in text
+
+
 def test_no_pages_and_odd_worker_ids() -> None:
     assert merge_families([], ("nv_",)) == ""
     text = merge_families([('w"\\x', _page("a", 1))], ("nv_",))

@@ -69,6 +69,8 @@ async def test_admin_metrics_carry_the_workers_families_until_the_worker_stops(
         # The platform's own families and the worker's, on one page.
         assert "zeroserve_activations_total" in page
         assert _samples(page, "nv_inference_request_success") == {(worker["id"], "scraped"): 3}
+        # The worker's own families too (what the dashboard reads of model states).
+        assert "zeroserve_model_state{" in page
         # The same counts as the worker's own page says.
         direct = (await client.get(f"{worker['url']}/metrics")).text
         assert 'nv_inference_request_success{model="scraped",version="1"} 3' in direct
