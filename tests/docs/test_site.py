@@ -194,3 +194,27 @@ def test_the_eks_cost_table_counts_nodes_and_cache_clusters_as_built() -> None:
     assert "`num_cache_clusters = 2`" in page
     row = "| CPU nodes, `m7i.xlarge` (`cpu_instance_types`, `cpu_node_count.desired`) | 2 |"
     assert row in page
+
+
+_REPOSITORY_PATH = re.compile(
+    r"(?:bench|docs|deploy|docker|infra|monitoring|tests|control_plane|data_plane|runtimes"
+    r"|foundation|activator|zeroserve|\.ci)(?:/[\w.*-]+)+/?"
+)
+_MADE_BY_THE_READER = {"infra/terraform/backend.tf"}
+"""Files a page tells the reader to create."""
+
+
+def test_every_repository_path_the_pages_name_exists() -> None:
+    """The guides (the EKS one above all) name only files that are in the repository."""
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    named = {
+        token
+        for page in pages
+        for token in re.findall(r"`([^`\s]+)`", page.read_text(encoding="utf-8"))
+        if _REPOSITORY_PATH.fullmatch(token)
+    }
+    assert len(named) > 20
+    for path in sorted(named - _MADE_BY_THE_READER):
+        if path.startswith("bench/results/"):
+            continue  # present or marked as history: the test above
+        assert list(ROOT.glob(path.rstrip("/"))), path
