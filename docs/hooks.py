@@ -164,6 +164,8 @@ def _options(parser: argparse.ArgumentParser) -> Iterator[str]:
             )
         text = "" if action.help in (None, argparse.SUPPRESS) else str(action.help)
         text = text.replace("%(default)s", str(default)).replace("%%", "%")
+        if action.required and action.option_strings:
+            text = f"required. {text}".strip()
         rows.append(f"| {_cell(flags)} | {_cell(text)} | {_cell(shown)} |")
     if rows:
         yield "| option | what | default |"
