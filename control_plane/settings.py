@@ -178,6 +178,9 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Cold-start timelines kept per model."""
     store_retry_s: float = Field(default=1.0, gt=0)
     """Pause before a control loop retries after a state-store failure."""
+    worker_metrics_timeout_s: float = Field(default=2.0, gt=0)
+    """How long the admin port's ``/metrics`` waits for one local worker's page (``zeroserve
+    up`` serves the workers' ``nv_*`` families there); a worker past it is left out."""
     cloudwatch_enabled: bool = False
     """Publish activation metrics to CloudWatch (PutMetricData, namespace ``zeroserve``)
     with boto3's standard AWS environment; see ``foundation.cloudwatch``."""

@@ -54,6 +54,7 @@ from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.factory import open_state_store
 from control_plane.worker_client import WorkerClient
+from control_plane.worker_metrics import WorkerMetrics
 from foundation import serving
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
 from foundation.serving import HttpListener, Lifecycle, StopSignals, bind_socket
@@ -227,6 +228,13 @@ class Platform:
             relay.target = worker_lost
             reaper = Reaper(store, placer, backend, orchestrator, workers, settings, metrics, lease)
             service = AdminService(store, orchestrator, placer, backend, lease)
+            worker_metrics = None
+            if isinstance(backend, LocalBackend):
+                # Local workers listen on ports chosen at run time, which no scrape
+                # configuration can name: the admin port serves their families. Pods are
+                # scraped by Prometheus itself (deploy/kubernetes' PodMonitor).
+                worker_metrics = WorkerMetrics(backend, timeout_s=settings.worker_metrics_timeout_s)
+                stack.push_async_callback(worker_metrics.close)
             admin = HttpListener(
                 create_admin_app(
                     service,
@@ -235,6 +243,7 @@ class Platform:
                     acting=lease,
                     allowed_storage=settings.allowed_storage,
                     allow_model_code=settings.allow_model_code,
+                    worker_metrics=worker_metrics,
                 ),
                 settings,
                 admin_sock,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Protocol, TypedDict
 
 from prometheus_client import CollectorRegistry
@@ -22,7 +22,7 @@ from control_plane.store.base import StoreConflictError
 from control_plane.store.errors import StoreUnavailableError
 from foundation.errors import ZeroserveError
 
-__all__ = ["Acting", "AdminState", "OPENAPI_PATH", "create_app"]
+__all__ = ["Acting", "AdminState", "OPENAPI_PATH", "WorkerMetricsSource", "create_app"]
 
 OPENAPI_PATH = "/admin/v1/openapi.json"
 
@@ -30,6 +30,10 @@ OPENAPI_PATH = "/admin/v1/openapi.json"
 class Acting(Protocol):
     @property
     def is_acting(self) -> bool: ...
+
+
+class WorkerMetricsSource(Protocol):
+    async def exposition(self, exclude: Collection[str] = ()) -> str: ...
 
 
 class AdminState(TypedDict):
@@ -41,6 +45,7 @@ class AdminState(TypedDict):
     allowed_storage: tuple[str, ...]
     allow_model_code: bool
     openapi: dict[str, object]
+    worker_metrics: WorkerMetricsSource | None
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
@@ -61,11 +66,13 @@ def create_app(
     acting: Acting,
     allowed_storage: Sequence[str],
     allow_model_code: bool = False,
+    worker_metrics: WorkerMetricsSource | None = None,
 ) -> Starlette:
     """The admin app over ``service``; every ``/admin/v1`` path but the OpenAPI document
     needs ``Authorization: Bearer <token>``. ``/metrics`` and ``/healthz`` are open (the
     admin port binds to loopback unless told otherwise). ``allow_model_code`` False refuses
-    registrations whose backend, platform or config make the model code."""
+    registrations whose backend, platform or config make the model code. ``worker_metrics``,
+    where given, adds the workers' families to ``/metrics`` after the registry's."""
     document = openapi_document()
 
     @contextlib.asynccontextmanager
@@ -78,6 +85,7 @@ def create_app(
                 allowed_storage=tuple(allowed_storage),
                 allow_model_code=allow_model_code,
                 openapi=document,
+                worker_metrics=worker_metrics,
             )
         finally:
             await service.close()

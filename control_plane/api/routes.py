@@ -106,7 +106,14 @@ async def openapi(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     registry: CollectorRegistry = request.state.registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    body = generate_latest(registry)
+    workers = request.state.worker_metrics
+    if workers is not None:
+        # A family may appear once on a page: the workers' are left out where the platform
+        # names the same family itself.
+        own = {line.split()[2] for line in body.decode().splitlines() if line.startswith("# TYPE")}
+        body += (await workers.exposition(exclude=own)).encode()
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 async def healthz(request: Request) -> Response:

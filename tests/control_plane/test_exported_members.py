@@ -11,7 +11,13 @@ import pytest
 EXPORTS = {
     "control_plane.activation": {"Acting", "ActivationObserver", "Orchestrator", "ReplicaPlacer"},
     "control_plane.api.service": {"Acting", "ActivationControl", "AdminService", "ReplicaControl"},
-    "control_plane.api.app": {"OPENAPI_PATH", "Acting", "AdminState", "create_app"},
+    "control_plane.api.app": {
+        "OPENAPI_PATH",
+        "Acting",
+        "AdminState",
+        "WorkerMetricsSource",
+        "create_app",
+    },
     "control_plane.api.auth": {"BearerAuth"},
     "control_plane.api.client": {"AdminApiError", "AdminClient", "run"},
     "control_plane.api.http_errors": {
@@ -51,6 +57,7 @@ EXPORTS = {
     },
     "control_plane.lease": {"Lease"},
     "control_plane.metrics": {"ControlPlaneMetrics"},
+    "control_plane.worker_metrics": {"WorkerMetrics", "merge_families"},
     "control_plane.placement": {
         "Decision",
         "Evict",

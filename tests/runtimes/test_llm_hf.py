@@ -207,3 +207,19 @@ async def _until(check: Callable[[], bool]) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+async def test_a_load_and_a_request_log_no_error(
+    model_dir: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """transformers sizes its CPU KV cache against the machine's memory through psutil and
+    logs an ERROR without it: the llm extra brings it, so a healthy load logs none."""
+    runtime = await load_runtime(model_dir)
+    try:
+        ids = await runtime.encode(prompt("the", "cat"))
+        await runtime.complete(ids, GREEDY)
+    finally:
+        await runtime.unload()
+    err = capfd.readouterr().err
+    assert "psutil" not in err
+    assert " ERROR " not in err

@@ -209,6 +209,12 @@ def _revision_annotations(pool: PoolSpec, settings: KnativeSettings) -> dict[str
         f"{prefix}scale-to-zero-pod-retention-period": f"{settings.scale_to_zero_retention_s}s",
         "serving.knative.dev/progress-deadline": f"{settings.progress_deadline_s}s",
         SAFE_TO_EVICT_ANNOTATION: "false",
+        # For a Prometheus that discovers pods by annotation (the common kubernetes-pods
+        # job) rather than through deploy/kubernetes' PodMonitor: every worker's nv_*
+        # families, whatever scrapes them. Knative copies these to the pods.
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(settings.container_port),
+        "prometheus.io/path": "/metrics",
     }
 
 

@@ -132,6 +132,17 @@ def test_pods_are_not_evicted_by_the_cluster_autoscaler():
     assert annotations[SAFE_TO_EVICT_ANNOTATION] == "false"
 
 
+def test_pods_say_where_prometheus_scrapes_them():
+    """For a Prometheus that discovers pods by annotation: the data plane's port and path."""
+    service = build()
+    annotations = service["spec"]["template"]["metadata"]["annotations"]
+    [container] = service["spec"]["template"]["spec"]["containers"]
+    [port] = container["ports"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port["containerPort"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
 def test_a_vllm_pool_gets_its_env_and_a_memory_backed_dev_shm():
     template = PoolTemplate(
         gpus=2,
