@@ -35,7 +35,7 @@ from runtimes.python_backend.arena import Arena, ArenaFullError
 from runtimes.python_backend.messages import Message
 from runtimes.python_backend.native_threads import NativeThreads, is_time_to_look
 from runtimes.python_backend.stub_calls import ServerCalls
-from runtimes.python_backend.stub_channel import StubChannel
+from runtimes.python_backend.stub_channel import CLOSED, StubChannel
 
 MODULE_NAME: Final = "triton_python_backend_utils"
 """The name models import pb_utils by."""
@@ -129,6 +129,25 @@ class ModelHost:
                 "BLS is only supported during the 'execute' function."
             )
         return self._calls.call_model(request, decoupled)
+
+    def metric_call(self, operation: str, arguments: dict[str, Any]) -> float:
+        call, waiter = self._channel.ask({"kind": "metric", "op": operation, "args": arguments})
+        try:
+            answer = waiter.next(self._calls.timeout_s)
+        finally:
+            self._channel.forget(call)
+        if answer is CLOSED:
+            raise pb_utils.TritonModelException("the server went away")
+        error = answer.get("error")
+        if error is not None:
+            raise pb_utils.TritonModelException(
+                f"Failed to process the request for model '{self._name}', message: {error}"
+            )
+        return float(answer["value"])
+
+    def metric_delete(self, handle: int) -> None:
+        # No answer awaited: a deletion cannot fail in a way the model could act on.
+        self._channel.send({"kind": "metric", "op": "delete", "args": {"handle": handle}})
 
     def _received(self, message: Message) -> Message:
         return self._calls.received(message)
