@@ -295,10 +295,16 @@ def run_operation(
     metrics: CustomMetrics, owner: int, operation: str, arguments: Mapping[str, object]
 ) -> float:
     """Apply one operation of a model's metric objects (``family``, ``metric``,
-    ``increment``, ``set``, ``observe``, ``value``, ``delete``) as ``owner``; returns the
-    new handle or the value read (0 for the others). MetricError when refused."""
+    ``increment``, ``set``, ``observe``, ``value``, or ``delete`` of a list of ``handles``)
+    as ``owner``; returns the new handle or the value read (0 for the others). MetricError
+    when refused."""
     handle = arguments.get("handle")
     value = arguments.get("value")
+    if operation == "delete":
+        handles = arguments.get("handles")
+        for found in handles if isinstance(handles, list) else ():
+            metrics.delete(int(found))
+        return 0.0
     if operation == "family":
         return metrics.create_family(
             owner,
@@ -321,9 +327,6 @@ def run_operation(
         raise MetricError("malformed metric request: no handle")
     if operation == "value":
         return metrics.value(handle)
-    if operation == "delete":
-        metrics.delete(handle)
-        return 0.0
     if not isinstance(value, int | float):
         raise MetricError("malformed metric request: no value")
     if operation == "increment":

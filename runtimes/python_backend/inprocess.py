@@ -48,6 +48,8 @@ Example ``model.py``::
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -259,8 +261,10 @@ class _MetricsHost:
         self._metrics = metrics
         self._owner = metrics.new_owner() if metrics is not None else 0
         self._instance = instance
+        self._deleted: collections.deque[int] = collections.deque()
 
     def metric_call(self, operation: str, arguments: dict[str, Any]) -> float:
+        self._delete_pending()
         try:
             if self._metrics is None:
                 raise MetricError("custom metrics are not offered by this server")
@@ -272,11 +276,21 @@ class _MetricsHost:
             ) from None
 
     def metric_delete(self, handle: int) -> None:
-        if self._metrics is not None:
-            self._metrics.delete(handle)
+        # Runs from __del__, maybe while this thread holds the store's lock: a deque's
+        # append takes none; the deletion happens at the next operation.
+        self._deleted.append(handle)
+
+    def _delete_pending(self) -> None:
+        metrics = self._metrics
+        with contextlib.suppress(IndexError):
+            while True:
+                handle = self._deleted.popleft()
+                if metrics is not None:
+                    metrics.delete(handle)
 
     def close(self) -> None:
         """Delete everything the model created (it is unloaded)."""
+        self._deleted.clear()
         if self._metrics is not None:
             self._metrics.drop_owner(self._owner)
 

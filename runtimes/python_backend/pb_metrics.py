@@ -31,7 +31,9 @@ class MetricHost(Protocol):
         ...
 
     def metric_delete(self, handle: int) -> None:
-        """Tell the server a handle is gone; no answer is awaited."""
+        """A handle is gone. Called from ``__del__``, so at any allocation of any thread,
+        maybe inside the host's own locks: it only notes the handle, which goes to the
+        server with the next operation or message."""
         ...
 
 
