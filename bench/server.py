@@ -44,6 +44,8 @@ def server_command(
     command = [sys.executable, *python_args, "-m", "data_plane"]
     command += ["--model-repository", str(repository), "--http-port", str(port)]
     command += ["--model-control-mode", "explicit", "--log-level", "warning"]
+    # Metrics on the HTTP port: two servers of a comparison must not both claim 8002.
+    command += ["--metrics-port", "0"]
     for model in models:
         command += ["--load-model", model]
     return command

@@ -37,6 +37,20 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         help="port of the gRPC server (default 8001, as Triton's); 0 serves no gRPC",
     )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="port serving /metrics alone (default 8002, as Triton's); 0 keeps /metrics on "
+        "the HTTP port only, where it is served either way",
+    )
+    serve.add_argument(
+        "--allow-metrics",
+        type=_triton_bool,
+        default=None,
+        metavar="true|false",
+        help="serve /metrics at all (default true, as Triton's)",
+    )
     serve.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none")
     serve.add_argument(
         "--repository-poll-secs",
@@ -86,6 +100,16 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     serve.set_defaults(handler=_serve)
 
 
+def _triton_bool(text: str) -> bool:
+    """A boolean flag value as Triton's command line reads it."""
+    lowered = text.lower()
+    if lowered in ("true", "1", "on", "yes"):
+        return True
+    if lowered in ("false", "0", "off", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
 def _serve(args: argparse.Namespace) -> int:
     from data_plane.response_cache import cache_config_overrides
     from data_plane.server import run
@@ -118,6 +142,10 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["exit_timeout_s"] = args.exit_timeout_secs
     if args.grpc_port is not None:
         overrides["grpc_port"] = args.grpc_port
+    if args.metrics_port is not None:
+        overrides["metrics_port"] = args.metrics_port
+    if args.allow_metrics is not None:
+        overrides["allow_metrics"] = args.allow_metrics
     if args.repository_poll_secs is not None:
         overrides["repository_poll_s"] = args.repository_poll_secs
     if args.id is not None:
