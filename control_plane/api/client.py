@@ -223,7 +223,7 @@ _WORKER_COLUMNS = (
     Column("POOL", "pool"),
     Column("DEVICE", "device"),
     Column("STATE", "state"),
-    Column("MEMORY", "memory_bytes", "bytes"),
+    Column("MEMORY", lambda worker: worker["memory_bytes"] or None, "bytes"),
     Column("STARTED", "started_at", "age"),
     Column("MODELS", "models"),
     Column("URL", "url"),
