@@ -138,7 +138,9 @@ def test_every_models_command_in_every_format(user: Platform, capsys):
     assert code == 0, err
     header, *rows = out.splitlines()
     assert header.split()[:4] == ["ID", "POOL", "DEVICE", "STATE"]
-    assert any("cli-m" in row.split() and re.search(r"just now|\d+[smhd] ago", row) for row in rows), out
+    assert any(
+        "cli-m" in row.split() and re.search(r"just now|\d+[smhd] ago", row) for row in rows
+    ), out
 
     # json and yaml: the admin API's own documents, every field.
     for fmt, parse in PARSERS.items():
@@ -157,19 +159,39 @@ def test_every_models_command_in_every_format(user: Platform, capsys):
                     assert [fields(x) for x in printed[key]] == [fields(x) for x in served[key]]
         assert parse(out)["workers"][0]["models"] == ["cli-m"]
 
-    code, out, err = zeroserve(
-        capsys, "models", "-o", "json", "update", "cli-m", "--max-replicas", "3"
-    )
-    assert code == 0, err
-    assert json.loads(out)["scaling"]["max_replicas"] == 3
-    assert api(user, "/models/cli-m")["scaling"]["max_replicas"] == 3
+    # The commands that change a model print the model as it is after the change, in
+    # every format; json and yaml parsed back.
+    for replicas, fmt in enumerate(("table", "json", "yaml"), start=2):
+        code, out, err = zeroserve(
+            capsys, "models", "update", "cli-m", "--max-replicas", str(replicas), "-o", fmt
+        )
+        assert code == 0, err
+        printed = table_value(out, "MAX_REPLICAS") if fmt == "table" else None
+        if fmt != "table":
+            printed = str(PARSERS[fmt](out)["scaling"]["max_replicas"])
+        assert (
+            printed == str(replicas) == str(api(user, "/models/cli-m")["scaling"]["max_replicas"])
+        )
+    for action, fmt in (("unload", "yaml"), ("load", "json"), ("unload", "table")):
+        code, out, err = zeroserve(capsys, "models", action, "cli-m", "-o", fmt)
+        assert code == 0, err
+        state = table_value(out, "STATE") if fmt == "table" else None
+        if fmt != "table":
+            state = PARSERS[fmt](out)["status"]["state"]
+        assert state == ("ready" if action == "load" else "scaled_to_zero")
+    for fmt in ("json", "yaml"):
+        name = f"cli-{fmt}"
+        model_dir = write_onnx_mlp(user.models_dir, name, SIZES, seed=23)
+        code, out, err = zeroserve(
+            capsys, "models", "register", name, "--storage-uri", str(model_dir), "-o", fmt
+        )
+        assert code == 0, err
+        assert PARSERS[fmt](out) == api(user, f"/models/{name}")
+        code, out, err = zeroserve(capsys, "models", "rm", name, "-o", fmt)
+        assert (code, PARSERS[fmt](out)) == (0, {"name": name, "deleted": True}), err
 
-    code, out, err = zeroserve(capsys, "models", "unload", "cli-m", "-o", "yaml")
-    assert code == 0, err
-    assert yaml.safe_load(out)["status"]["state"] == "scaled_to_zero"
-
-    code, out, err = zeroserve(capsys, "models", "rm", "cli-m", "-o", "json")
-    assert (code, json.loads(out)) == (0, {"name": "cli-m", "deleted": True}), err
+    code, out, err = zeroserve(capsys, "models", "rm", "cli-m")
+    assert code == 0 and out.split() == ["NAME", "cli-m", "DELETED", "yes"], err
     code, out, err = zeroserve(capsys, "models", "ls", "-o", "yaml")
     assert "cli-m" not in [m["name"] for m in yaml.safe_load(out)["models"]]
 
