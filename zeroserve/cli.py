@@ -647,8 +647,8 @@ def admin_settings(args: argparse.Namespace, where: str) -> AdminClientSettings 
         stored = read_credentials(config_path(os.environ))
     except CredentialsError as exc:
         print(
-            f"{where}: cannot read the stored credentials, {exc.message}: run `zeroserve "
-            "login` again (it rewrites the file), or pass --url and --token",
+            f"{where}: cannot read the stored credentials, {exc.message}: fix or delete "
+            "that file (then `zeroserve login`), or pass --url and --token",
             file=sys.stderr,
         )
         return None
