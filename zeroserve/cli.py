@@ -297,7 +297,10 @@ def _up(args: argparse.Namespace) -> int:
 
     def remember(admin_url: str) -> None:
         # Once the admin API listens, so that a platform that failed to start never
-        # replaces the token of one already running at the same URL.
+        # replaces the token of one already running at the same URL. An admin API bound to
+        # every address is reached, from this machine, on loopback.
+        for wildcard, loopback in (("//0.0.0.0:", "//127.0.0.1:"), ("//[::]:", "//[::1]:")):
+            admin_url = admin_url.replace(wildcard, loopback)
         _store_for_cli("zeroserve up", admin_url, token, generated=generated)
 
     try:
