@@ -8,8 +8,10 @@
     ├── ActivatorError                activator.errors
     ├── ControlPlaneError             control_plane.errors (backends.knative.errors adds
     │                                 the Kubernetes failures)
-    └── ServerStartError              foundation.serving: a server process's listener did
-                                      not come up (the command line's exit status 3)
+    ├── ServerStartError              foundation.serving: a server process's listener did
+    │                                 not come up (the command line's exit status 3)
+    └── CredentialsError              zeroserve.credentials: the command line's stored
+                                      admin URL and token cannot be read or written
 
 Each branch is free of HTTP and each app maps its branch to status codes in one
 ``http_errors.py``, by class (the nearest mapped class in the error's MRO) and typed

@@ -126,6 +126,8 @@ class Platform:
         out: where the start banner goes.
         knative: the knative backend's settings when ``settings.backend`` is ``knative``;
             None reads them from the environment.
+        on_started: called with the admin API's URL once every server listens, before the
+            banner (``zeroserve up`` stores the URL and token for the command line there).
     """
 
     def __init__(
@@ -136,6 +138,7 @@ class Platform:
         demo: bool = False,
         out: TextIO = sys.stdout,
         knative: KnativeSettings | None = None,
+        on_started: Callable[[str], None] | None = None,
     ) -> None:
         if settings.admin_token is None:
             raise ValueError("the platform needs an admin token (see ensure_admin_token)")
@@ -148,6 +151,7 @@ class Platform:
         self._demo = demo
         self._out = out
         self._knative = knative
+        self._on_started = on_started
         self._backend: PodBackend | None = None
         self.lifecycle = Lifecycle()
         """The public server's: readiness fails once the platform is stopping."""
@@ -299,6 +303,8 @@ class Platform:
                 )
             if self._demo:
                 await self._register_demo(service)
+            if self._on_started is not None:
+                self._on_started(admin.url)
             self._banner(admin.url, public)
             await stop.wait()
             logger.info("stopping")
@@ -402,9 +408,13 @@ def serve(
     demo: bool = False,
     out: TextIO = sys.stdout,
     knative: KnativeSettings | None = None,
+    on_started: Callable[[str], None] | None = None,
 ) -> int:
-    """Run the platform until SIGINT or SIGTERM; a second signal kills the workers at once."""
-    platform = Platform(settings, activator_settings, demo=demo, out=out, knative=knative)
+    """Run the platform until SIGINT or SIGTERM; a second signal kills the workers at once.
+    ``on_started`` is called with the admin API's URL once it listens."""
+    platform = Platform(
+        settings, activator_settings, demo=demo, out=out, knative=knative, on_started=on_started
+    )
     # One line per proxied request and per probe would drown the log (and cost time).
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))

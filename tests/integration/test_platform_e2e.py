@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import signal
 import socket
@@ -378,7 +379,7 @@ async def test_models_cli(shared: Platform, client: httpx.AsyncClient):
     code, out = await cli(shared, "ls")
     assert code == 0 and "via-cli" in out and "scaled_to_zero" in out, out
     code, out = await cli(shared, "load", "via-cli")
-    assert code == 0 and "via-cli: ready" in out, out
+    assert code == 0 and re.search(r"^STATE\s+ready$", out, re.MULTILINE), out
     x = mlp_input(8)
     assert_mlp_answer(await infer(client, shared, "via-cli", x), model_dir, x)
     code, out = await cli(shared, "unload", "via-cli")
