@@ -46,6 +46,7 @@ from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.backends.base import PodBackend
 from control_plane.backends.local import LocalBackend
 from control_plane.errors import ModelExistsError
+from control_plane.inspection.inspector import RegistrationInspector
 from control_plane.lease import Lease
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PoolPlacers
@@ -57,6 +58,7 @@ from control_plane.worker_client import WorkerClient
 from foundation import serving
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
 from foundation.serving import HttpListener, Lifecycle, StopSignals, bind_socket
+from runtimes.registry import available_backends
 
 if TYPE_CHECKING:
     from control_plane.backends.knative.settings import KnativeSettings
@@ -226,7 +228,10 @@ class Platform:
 
             relay.target = worker_lost
             reaper = Reaper(store, placer, backend, orchestrator, workers, settings, metrics, lease)
-            service = AdminService(store, orchestrator, placer, backend, lease)
+            inspector = self._create_inspector(placer)
+            if inspector is not None:
+                stack.callback(inspector.close)
+            service = AdminService(store, orchestrator, placer, backend, lease, inspector=inspector)
             admin = HttpListener(
                 create_admin_app(
                     service,
@@ -348,6 +353,19 @@ class Platform:
             return create_knative_backend(self.settings, knative, on_worker_lost=relay)
         return LocalBackend(
             self.settings, on_worker_lost=relay, repository=repository, extra_env=extra_env
+        )
+
+    def _create_inspector(self, placer: PoolPlacers) -> RegistrationInspector | None:
+        settings = self.settings
+        if not settings.inspect_registrations:
+            return None
+        # Local workers run this interpreter's packages; pods' images are not known here.
+        backends = available_backends() if settings.backend == "local" else None
+        return RegistrationInspector(
+            allowed_storage=settings.allowed_storage,
+            allow_model_code=settings.allow_model_code,
+            pool_of=lambda record: (placer.pool_of(record), backends),
+            timeout_s=settings.inspect_timeout_s,
         )
 
     async def _register_demo(self, service: AdminService) -> None:
