@@ -135,7 +135,7 @@ def _check(registration: Registration, files: ModelFiles) -> None:
     listing = files.listing()
     layout = _layout(listing.entries)
     if layout is None:
-        raise LocationError(f"cannot fetch '{listing.base}': {_NO_MODEL}")
+        raise LocationError(f"cannot fetch '{listing.uri}': {_NO_MODEL}")
     is_hf = layout == "hf"
 
     def poll(reason: str) -> InvalidRegistrationError:

@@ -15,11 +15,13 @@ class StoredListing:
 
     ``entries`` are ``/``-separated paths relative to the model folder: files, and folders
     ending in ``/`` (an empty version folder shows only that way). A single model file is
-    listed as ``1/model.<ext>``, as the node cache lays it out. ``base`` is where the
-    worker reads the folder from, for messages that name a path.
+    listed as ``1/model.<ext>``, as the node cache lays it out. ``uri`` names the
+    location as a worker's fetch names it; ``base`` is where the worker reads the folder
+    from (a local folder's real path), for messages that name a file.
     """
 
     entries: tuple[str, ...]
+    uri: str
     base: str
     is_single_file: bool = False
 

@@ -57,10 +57,10 @@ class LocalFiles:
                 self._check_inside(path.resolve(), allowed)
             files = [relative for relative, _ in local_files(real)]
             folders = [f"{relative}/" for relative, path in entries if path.is_dir()]
-            self._listing = StoredListing(tuple(files + folders), base=str(real))
+            self._listing = StoredListing(tuple(files + folders), uri=str(uri), base=str(real))
         else:
             self._listing = StoredListing(
-                (f"1/model{real.suffix}",), base=str(uri), is_single_file=True
+                (f"1/model{real.suffix}",), uri=str(uri), base=str(uri), is_single_file=True
             )
         return self._listing
 
@@ -118,7 +118,10 @@ class S3Files:
             raise _location_error(exc) from None
         self._objects = {o.relative: o for o in listing.objects}
         self._listing = StoredListing(
-            tuple(self._objects), base=str(self._uri), is_single_file=listing.is_single_file
+            tuple(self._objects),
+            uri=str(self._uri),
+            base=str(self._uri),
+            is_single_file=listing.is_single_file,
         )
         return self._listing
 

@@ -11,7 +11,7 @@ import pytest
 from activator.app import ActivatorStore, create_app
 from activator.settings import ActivatorSettings
 from control_plane.store.base import StateStore
-from foundation.records import ModelRecord
+from foundation.records import ModelFailure, ModelRecord
 from tests.activator.conftest import asgi_client
 from tests.activator.fakes import FakeStore, RecordingActivate
 
@@ -196,3 +196,24 @@ async def test_unexpected_errors_are_500_without_details(caplog: pytest.LogCaptu
     assert response.status_code == 500
     assert response.json() == {"error": "internal server error"}
     assert "secret detail" in caplog.text  # in the log only
+
+
+async def test_a_failed_model_is_answered_at_once_and_wakes_nothing() -> None:
+    store, activate = FakeStore(), RecordingActivate()
+    store.models["broken"] = ModelRecord(
+        name="broken",
+        storage_uri="file:///models/broken",
+        failure=ModelFailure(reason="config.pbtxt does not parse", failed_at=1.0),
+    )
+    app = create_app(_settings(), store, activate, "act-1")
+    async with asgi_client(app) as client:
+        infer = await client.post("/v2/models/broken/infer", json={"inputs": []})
+        assert infer.status_code == 424
+        assert "retry-after" not in infer.headers
+        assert infer.json()["error"].endswith(": config.pbtxt does not parse")
+        chat = await client.post("/v1/chat/completions", json={"model": "broken"})
+        assert chat.status_code == 424
+        assert chat.json()["error"]["code"] == "model_failed"
+        # Not ready, in Triton's words (400), rather than an error.
+        assert (await client.get("/v2/models/broken/ready")).status_code == 400
+    assert activate.calls == []
