@@ -392,6 +392,11 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         metavar="NAME",
         help="a model this one calls through BLS, placed with it (repeat for several)",
     )
+    register.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the stored model as a registration would, and register nothing",
+    )
     actions.add_parser("ls", help="list models")
     for action, text in (
         ("show", "a model and its status"),
@@ -429,6 +434,7 @@ def _models(args: argparse.Namespace) -> int:
         body=body,
         out=sys.stdout,
         err=sys.stderr,
+        dry_run=getattr(args, "dry_run", False),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import quote
 
@@ -57,8 +58,10 @@ def run(
     body: dict[str, Any] | None = None,
     out: TextIO,
     err: TextIO,
+    dry_run: bool = False,
 ) -> int:
-    """Run one ``zeroserve models`` command; the process exit status."""
+    """Run one ``zeroserve models`` command; the process exit status. ``dry_run`` (for
+    ``register``) has the admin API check the registration without making it."""
     client = AdminClient(settings)
     # A name is one path segment, whatever it holds ('/', '?', '#' would change the URL).
     path = f"/models/{quote(name or '', safe='')}"
@@ -66,7 +69,8 @@ def run(
         if command == "ls":
             _print_table(client.call("GET", "/models")["models"], out)
         elif command == "register":
-            _print_json(client.call("POST", "/models", body), out)
+            query = "?dry_run=true" if dry_run else ""
+            _print_json(client.call("POST", f"/models{query}", body), out)
         elif command == "show":
             _print_json(client.call("GET", path), out)
         elif command == "activations":
@@ -104,6 +108,14 @@ def _print_status(view: dict[str, Any], out: TextIO) -> None:
     if last:
         durations = ", ".join(f"{k} {v:.3f}s" for k, v in last["durations_s"].items() if v)
         print(f"last activation: {last['outcome']}, cache {last['cache']}: {durations}", file=out)
+    _print_failure(view, out)
+
+
+def _print_failure(view: dict[str, Any], out: TextIO) -> None:
+    failure = view["status"].get("failure")
+    if failure:
+        at = datetime.fromtimestamp(failure["failed_at"], UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        print(f"{view['name']} failed at {at}: {failure['reason']}", file=out)
 
 
 def _print_table(models: list[dict[str, Any]], out: TextIO) -> None:
@@ -126,3 +138,6 @@ def _print_table(models: list[dict[str, Any]], out: TextIO) -> None:
         print(
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
         )
+    # Reasons are long (the worker's words): a line each under the table, not a column.
+    for m in models:
+        _print_failure(m, out)

@@ -118,7 +118,7 @@ class RegistrationInspector:
             if self._s3 is None:
                 # A check lists and reads a few small objects: no downloads, no cache
                 # writes, two connections at most.
-                settings = CacheSettings(root=Path(), max_bytes=0, concurrency=2)
+                settings = CacheSettings(root=Path(), max_bytes=1, concurrency=2)
                 if self._s3_client_factory is not None:
                     client = self._s3_client_factory()
                 else:
