@@ -28,7 +28,7 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from activator.remote_activation import StoreActivate
 from activator.settings import ActivatorSettings
 from control_plane.activation import Orchestrator
 from control_plane.api import schemas
@@ -97,16 +98,18 @@ class _EmbeddedActivate:
     """The in-process activator's ``Activate``: the orchestrator itself while this replica
     acts, else a request through the store for the replica that does."""
 
-    def __init__(self, orchestrator: Orchestrator, lease: Lease, store: StateStore) -> None:
+    def __init__(
+        self, orchestrator: Orchestrator, lease: Lease, remote: Callable[[str], Awaitable[None]]
+    ) -> None:
         self._orchestrator = orchestrator
         self._lease = lease
-        self._store = store
+        self._remote = remote
 
     async def __call__(self, model: str) -> None:
         if self._lease.is_acting:
             await self._orchestrator.activate(model, trigger="request")
         else:
-            await self._store.request_activation(model)
+            await self._remote(model)
 
 
 def ensure_admin_token(settings: ControlPlaneSettings) -> tuple[ControlPlaneSettings, bool]:
@@ -289,7 +292,11 @@ class Platform:
                     self._public_servers(
                         self._activator_settings,
                         public_sock,
-                        _EmbeddedActivate(orchestrator, lease, store),
+                        _EmbeddedActivate(
+                            orchestrator,
+                            lease,
+                            StoreActivate.from_settings(store, self._activator_settings),
+                        ),
                         store,
                     )
                 )
