@@ -354,6 +354,12 @@ class ModelCatalog:
         for it are answered at once instead of waiting for an activation."""
         return self._failures.get(name)
 
+    def note_failure(self, name: str, failure: ModelFailure) -> None:
+        """Remember that ``name``'s load failed for good, learnt from its activation, until
+        the next read of its record says otherwise."""
+        if name in self._entries:
+            self._failures[name] = failure
+
     async def is_registered(self, name: str) -> bool:
         """Whether ``name`` is registered: the cache while fresh, else the store.
 

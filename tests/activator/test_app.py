@@ -11,6 +11,7 @@ import pytest
 from activator.app import ActivatorStore, create_app
 from activator.settings import ActivatorSettings
 from control_plane.store.base import StateStore
+from foundation.errors import ModelFailedError
 from foundation.records import ModelFailure, ModelRecord
 from tests.activator.conftest import asgi_client
 from tests.activator.fakes import FakeStore, RecordingActivate
@@ -217,3 +218,21 @@ async def test_a_failed_model_is_answered_at_once_and_wakes_nothing() -> None:
         # Not ready, in Triton's words (400), rather than an error.
         assert (await client.get("/v2/models/broken/ready")).status_code == 400
     assert activate.calls == []
+
+
+async def test_a_failure_learnt_from_an_activation_answers_the_next_calls_at_once() -> None:
+    store = FakeStore()
+    store.register("m")
+    failure = ModelFailedError(model="m", reason="initialize raised", failed_at=2.0)
+    activate = RecordingActivate(error=failure)
+    # A long cache: only the activation's answer can tell the activator of the failure.
+    app = create_app(_settings(model_cache_ttl_s=3600.0), store, activate, "act-1")
+    async with asgi_client(app) as client:
+        assert (await client.get("/v2/models/m/ready")).status_code == 200
+        first = await client.post("/v2/models/m/infer", json={"inputs": []})
+        assert first.status_code == 424
+        assert first.json()["error"].endswith(": initialize raised")
+        again = await client.post("/v2/models/m/infer", json={"inputs": []})
+        assert again.status_code == 424
+        assert (await client.get("/v2/models/m/ready")).status_code == 400
+    assert activate.calls == ["m"]

@@ -13,7 +13,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
+from tests.integration.conftest import free_port
 from tests.integration.test_platform_e2e import (
     AUTH,
     REQUEST_TIMEOUT_S,
@@ -47,7 +50,8 @@ def _body(values: list[float]) -> dict[str, object]:
 
 async def test_a_model_failing_at_load_is_activated_once_and_answered_at_once(tmp_path: Path):
     # Auth: the platform starts as it does today (no per-model keys in this branch).
-    platform = start_platform(tmp_path, "failing")
+    grpc_port = free_port()
+    platform = start_platform(tmp_path, "failing", "--grpc-port", str(grpc_port))
     try:
         broken = write_python_model(
             platform.models_dir, "broken", textwrap.dedent(BROKEN_SOURCE), max_batch_size=0
@@ -76,6 +80,19 @@ async def test_a_model_failing_at_load_is_activated_once_and_answered_at_once(tm
                 assert response.status_code == 424, response.text
                 assert "retry-after" not in response.headers
                 assert REASON in response.json()["error"]
+
+            # Over gRPC too: FAILED_PRECONDITION, which gRPC retry policies do not retry.
+            grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            try:
+                inputs = [grpcclient.InferInput("INPUT0", [1], "FP32")]
+                inputs[0].set_data_from_numpy(np.array([1.0], dtype=np.float32))
+                with pytest.raises(InferenceServerException) as caught:
+                    grpc.infer("broken", inputs, client_timeout=REQUEST_TIMEOUT_S)
+                assert not grpc.is_model_ready("broken")
+            finally:
+                grpc.close()
+            assert caught.value.status() == "StatusCode.FAILED_PRECONDITION"
+            assert REASON in (caught.value.message() or "")
 
             timelines = (await admin_get(client, platform, "/models/broken/activations"))[
                 "activations"
