@@ -171,9 +171,12 @@ class AdminService:
         if not changes:
             return await self._view(record)
         reloads = any(f in changes for f in _RELOAD_FIELDS)
-        if reloads:
-            changes["failure"] = None
-        updated = dataclasses.replace(record, generation=record.generation + 1, **changes)
+        updated = dataclasses.replace(
+            record,
+            generation=record.generation + 1,
+            failure=None if reloads else record.failure,
+            **changes,
+        )
         if reloads:
             await self._inspect(updated)
         if dry_run:
