@@ -38,6 +38,8 @@ from activator.traffic import Traffic, TrafficSink
 from activator.upstream import UpstreamPool, UpstreamTimeouts
 from activator.watch import ReplicaWatch, probe_live
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
+from foundation.errors import ModelFailedError
+from foundation.records import ModelFailure
 from foundation.serving import Lifecycle
 
 __all__ = ["ActivatorCore", "ActivatorStore", "CoreParts", "ReplicaEvents"]
@@ -51,6 +53,25 @@ second, at the cost of summing the routing table's counters."""
 
 class ActivatorStore(PlacementSource, ModelSource, TrafficSink, Protocol):
     """What the activator needs of the state store; ``StateStore`` has all of it."""
+
+
+class _NotingFailures:
+    """``activate`` that tells the catalog when a model's load failed for good, so that
+    its next requests (and readiness) are answered from it at once, not after its cached
+    lookup expires."""
+
+    def __init__(self, activate: Activate, catalog: ModelCatalog) -> None:
+        self._activate = activate
+        self._catalog = catalog
+
+    async def __call__(self, model: str) -> None:
+        try:
+            await self._activate(model)
+        except ModelFailedError as exc:
+            self._catalog.note_failure(
+                model, ModelFailure(reason=exc.reason, failed_at=exc.failed_at)
+            )
+            raise
 
 
 class ReplicaEvents:
@@ -177,8 +198,14 @@ class ActivatorCore:
     async def _run(self) -> AsyncIterator[CoreParts]:
         settings = self.settings
         table = ReplicaTable()
+        catalog = ModelCatalog(
+            self._store,
+            ttl_s=settings.model_cache_ttl_s,
+            max_entries=settings.model_cache_max_entries,
+            retry_after_s=settings.retry_after_s,
+        )
         buffer = Buffer(
-            self._activate,
+            _NotingFailures(self._activate, catalog),
             table,
             max_requests=settings.buffer_max_requests,
             release_concurrency=settings.release_concurrency,
@@ -192,12 +219,6 @@ class ActivatorCore:
             events,
             quarantine_s=settings.replica_quarantine_s,
             resubscribe_delay_s=settings.resubscribe_delay_s,
-        )
-        catalog = ModelCatalog(
-            self._store,
-            ttl_s=settings.model_cache_ttl_s,
-            max_entries=settings.model_cache_max_entries,
-            retry_after_s=settings.retry_after_s,
         )
         traffic = Traffic(
             self._store, self._activator_id, interval_s=settings.traffic_report_interval_s

@@ -20,7 +20,7 @@ from activator.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
 from foundation.http import (
     error_response,
     status_for as _status_for,
@@ -38,6 +38,9 @@ _STATUS: dict[type[BaseException], int] = {
     ModelNotRegisteredError: 404,
     # Gone: the sequence's state is, and no retry of this request brings it back.
     SequenceLostError: 410,
+    # Failed Dependency: the model's load fails for good. Not 5xx, 429 or 408, which
+    # clients (the openai SDK, tritonclient users' loops) retry on their own.
+    ModelFailedError: 424,
     TooManyRequestsError: 429,
     ActivatorUnavailableError: 503,
     UpstreamError: 502,
@@ -64,12 +67,15 @@ def openai_from_error(error: ZeroserveError) -> Response:
     if isinstance(error, TooManyRequestsError | ActivatorUnavailableError):
         headers = {"Retry-After": str(error.retry_after_s)}
     is_unknown = isinstance(error, ModelNotRegisteredError)
+    code = "model_not_found" if is_unknown else None
+    if isinstance(error, ModelFailedError):
+        code = "model_failed"
     body = {
         "error": {
             "message": error.message,
             "type": "invalid_request_error" if status < 500 else "server_error",
             "param": "model" if is_unknown else None,
-            "code": "model_not_found" if is_unknown else None,
+            "code": code,
         }
     }
     return Response(

@@ -24,7 +24,7 @@ from activator.metadata import EXTENSIONS, SERVER_NAME, server_version
 from activator.metrics import mark_model
 from activator.placements import ModelCatalog
 from activator.state import ActivatorState
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
 
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 """Model paths pass every method through (HEAD comes with GET); the worker decides."""
@@ -54,8 +54,12 @@ async def metadata(request: Request) -> Response:
 
 async def model_ready(request: Request) -> Response:
     """A registered model is servable through the activator even at zero replicas, so it
-    is ready; answered here, so that readiness polls neither wake nor keep a model warm."""
-    await _require(_state(request)["catalog"], request.path_params["name"])
+    is ready, unless its load failed for good; answered here, so that readiness polls
+    neither wake nor keep a model warm."""
+    try:
+        await _require(_state(request)["catalog"], request.path_params["name"])
+    except ModelFailedError:
+        return Response(status_code=400)  # Triton's "not ready"
     return Response(status_code=200)
 
 
@@ -115,6 +119,9 @@ async def _require(catalog: ModelCatalog, name: str) -> None:
         is_known = await catalog.is_registered(name)
     if not is_known:
         raise ModelNotRegisteredError(model=name)
+    failure = catalog.failure(name)
+    if failure is not None:
+        raise ModelFailedError(model=name, reason=failure.reason, failed_at=failure.failed_at)
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:

@@ -44,6 +44,10 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     """Requests one model may have waiting for a replica; one more is answered 429."""
     activation_timeout_s: float = Field(default=120.0, gt=0)
     """How long a request waits for a replica (and an activation call may take) before 503."""
+    activation_poll_s: float = Field(default=1.0, gt=0)
+    """How often an activator apart from the acting control plane re-reads a model's
+    record while its requests wait for an activation, so that a load failing for good is
+    answered at once, not at the deadline."""
     release_concurrency: int = Field(default=8, gt=0)
     """Buffered requests in flight at once on each replica while the buffer drains."""
     retry_after_s: int = Field(default=1, ge=0)

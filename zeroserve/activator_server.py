@@ -3,8 +3,9 @@ endpoint and, with ``grpc_port``, its gRPC endpoint, over one activator core.
 
 A standalone activator reaches the control plane only through the shared state store: it
 follows placements, asks for activations with ``store.request_activation`` (the acting
-control plane consumes them with ``subscribe_activation_requests``) and reports traffic and
-first responses there. The store is the control plane's, so the two are joined here, at
+control plane consumes them with ``subscribe_activation_requests``; ``StoreActivate``
+watches the model's record meanwhile, to answer a load failing for good at once) and reports
+traffic and first responses there. The store is the control plane's, so the two are joined here, at
 the top, and the activator package never imports the control plane.
 """
 
@@ -17,6 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from activator.app import create_app_on
 from activator.core import ActivatorCore
 from activator.grpc.server import GrpcListener
+from activator.remote_activation import StoreActivate
 from activator.server import create_server
 from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
@@ -46,9 +48,8 @@ async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
         lifecycle = Lifecycle()
         # One core for both endpoints: each listener opens it, and the last to stop (HTTP,
         # started first) fails what still waits in the buffer.
-        core = ActivatorCore(
-            settings, store, store.request_activation, activator_id, lifecycle=lifecycle
-        )
+        activate = StoreActivate.from_settings(store, settings)
+        core = ActivatorCore(settings, store, activate, activator_id, lifecycle=lifecycle)
         listeners: list[AbstractAsyncContextManager[object]] = [
             create_server(create_app_on(core), settings, bind_socket(settings.host, settings.port))
         ]

@@ -498,6 +498,11 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         metavar="NAME",
         help="a model this one calls through BLS, placed with it (repeat for several)",
     )
+    register.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the stored model as a registration would, and register nothing",
+    )
     admin_options(register, nested=True)
     _update_parser(actions)
     admin_options(actions.add_parser("ls", help="list models"), nested=True)
@@ -536,6 +541,7 @@ def _models(args: argparse.Namespace) -> int:
         out=sys.stdout,
         err=sys.stderr,
         output=args.output,
+        dry_run=getattr(args, "dry_run", False),
     )
 
 

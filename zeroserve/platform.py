@@ -28,7 +28,7 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from activator.remote_activation import StoreActivate
 from activator.settings import ActivatorSettings
 from control_plane.activation import Orchestrator
 from control_plane.api import schemas
@@ -46,6 +47,7 @@ from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.backends.base import PodBackend
 from control_plane.backends.local import LocalBackend
 from control_plane.errors import ModelExistsError
+from control_plane.inspection.inspector import RegistrationInspector
 from control_plane.lease import Lease
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PoolPlacers
@@ -58,6 +60,7 @@ from control_plane.worker_metrics import WorkerMetrics
 from foundation import serving
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
 from foundation.serving import HttpListener, Lifecycle, StopSignals, bind_socket
+from runtimes.registry import available_backends
 
 if TYPE_CHECKING:
     from control_plane.backends.knative.settings import KnativeSettings
@@ -96,16 +99,18 @@ class _EmbeddedActivate:
     """The in-process activator's ``Activate``: the orchestrator itself while this replica
     acts, else a request through the store for the replica that does."""
 
-    def __init__(self, orchestrator: Orchestrator, lease: Lease, store: StateStore) -> None:
+    def __init__(
+        self, orchestrator: Orchestrator, lease: Lease, remote: Callable[[str], Awaitable[None]]
+    ) -> None:
         self._orchestrator = orchestrator
         self._lease = lease
-        self._store = store
+        self._remote = remote
 
     async def __call__(self, model: str) -> None:
         if self._lease.is_acting:
             await self._orchestrator.activate(model, trigger="request")
         else:
-            await self._store.request_activation(model)
+            await self._remote(model)
 
 
 def ensure_admin_token(settings: ControlPlaneSettings) -> tuple[ControlPlaneSettings, bool]:
@@ -231,7 +236,10 @@ class Platform:
 
             relay.target = worker_lost
             reaper = Reaper(store, placer, backend, orchestrator, workers, settings, metrics, lease)
-            service = AdminService(store, orchestrator, placer, backend, lease)
+            inspector = self._create_inspector(placer)
+            if inspector is not None:
+                stack.callback(inspector.close)
+            service = AdminService(store, orchestrator, placer, backend, lease, inspector=inspector)
             worker_metrics = None
             if isinstance(backend, LocalBackend):
                 # Local workers listen on ports chosen at run time, which no scrape
@@ -297,7 +305,11 @@ class Platform:
                     self._public_servers(
                         self._activator_settings,
                         public_sock,
-                        _EmbeddedActivate(orchestrator, lease, store),
+                        _EmbeddedActivate(
+                            orchestrator,
+                            lease,
+                            StoreActivate.from_settings(store, self._activator_settings),
+                        ),
                         store,
                     )
                 )
@@ -363,6 +375,19 @@ class Platform:
             return create_knative_backend(self.settings, knative, on_worker_lost=relay)
         return LocalBackend(
             self.settings, on_worker_lost=relay, repository=repository, extra_env=extra_env
+        )
+
+    def _create_inspector(self, placer: PoolPlacers) -> RegistrationInspector | None:
+        settings = self.settings
+        if not settings.inspect_registrations:
+            return None
+        # Local workers run this interpreter's packages; pods' images are not known here.
+        backends = available_backends() if settings.backend == "local" else None
+        return RegistrationInspector(
+            allowed_storage=settings.allowed_storage,
+            allow_model_code=settings.allow_model_code,
+            pool_of=lambda record: (placer.pool_of(record), backends),
+            timeout_s=settings.inspect_timeout_s,
         )
 
     async def _register_demo(self, service: AdminService) -> None:

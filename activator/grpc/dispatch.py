@@ -33,6 +33,7 @@ from activator.grpc.status import Metadata
 from activator.lb import Replica, choose_for_key
 from activator.placements import ModelCatalog, PlacementView, ReplicaTable
 from activator.sequences import SequenceBindings, SequenceTag
+from foundation.errors import ModelFailedError
 
 __all__ = [
     "SERVICE",
@@ -121,12 +122,16 @@ class Dispatch:
         self.read_timeout_s = read_timeout_s
 
     async def require(self, model: str) -> None:
-        """Raise :class:`ModelNotRegisteredError` unless ``model`` is registered."""
+        """Raise :class:`ModelNotRegisteredError` unless ``model`` is registered, and
+        ``ModelFailedError`` when its load failed for good."""
         is_known = self._catalog.cached(model)
         if is_known is None:
             is_known = await self._catalog.is_registered(model)
         if not is_known:
             raise ModelNotRegisteredError(model=model)
+        failure = self._catalog.failure(model)
+        if failure is not None:
+            raise ModelFailedError(model=model, reason=failure.reason, failed_at=failure.failed_at)
 
     async def take_turn(
         self,

@@ -151,6 +151,7 @@ class GrpcRouter:
         is_ready = self._parts.catalog.cached(request.name)
         if is_ready is None:
             is_ready = await self._parts.catalog.is_registered(request.name)
+        is_ready = is_ready and self._parts.catalog.failure(request.name) is None
         return pb.ModelReadyResponse(ready=is_ready).SerializeToString()
 
     def _forwarder(self, rpc: str) -> _Unary:

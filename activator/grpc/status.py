@@ -31,7 +31,7 @@ from activator.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
 
 __all__ = [
     "INTERNAL_MESSAGE",
@@ -56,6 +56,8 @@ _CODES: Final[dict[type[BaseException], grpc.StatusCode]] = {
     # HTTP's 410: the system is not in the state the request needs (the sequence's state is
     # gone with its worker), and retrying the same request cannot help.
     SequenceLostError: grpc.StatusCode.FAILED_PRECONDITION,
+    # The model's load fails for good: no retry helps until its registration changes.
+    ModelFailedError: grpc.StatusCode.FAILED_PRECONDITION,
     TooManyRequestsError: grpc.StatusCode.UNAVAILABLE,
     ActivatorUnavailableError: grpc.StatusCode.UNAVAILABLE,
     UpstreamError: grpc.StatusCode.UNAVAILABLE,

@@ -67,9 +67,12 @@ def run(
     out: TextIO,
     err: TextIO,
     output: str = "table",
+    dry_run: bool = False,
 ) -> int:
     """Run one ``zeroserve models`` command, printing its result as ``output`` (a format
-    of ``foundation.output``) to ``out`` and errors to ``err``; the process exit status."""
+    of ``foundation.output``) to ``out`` and errors to ``err``; the process exit status.
+    ``dry_run`` (for ``register``) has the admin API check the registration without
+    making it."""
     where = f"zeroserve models {command}"
     if settings.token is None:
         print(f"{where}: no admin token for {settings.url}: {_LOGIN_ADVICE}", file=err)
@@ -81,7 +84,8 @@ def run(
         if command == "ls":
             emit(client.call("GET", "/models"), _MODEL_COLUMNS, output, items="models", out=out)
         elif command == "register":
-            emit(client.call("POST", "/models", body), _MODEL_FIELDS, output, out=out)
+            query = "?dry_run=true" if dry_run else ""
+            emit(client.call("POST", f"/models{query}", body), _MODEL_FIELDS, output, out=out)
         elif command == "update":
             emit(client.call("PATCH", path, body), _MODEL_FIELDS, output, out=out)
         elif command == "show":
@@ -176,8 +180,10 @@ _MODEL_COLUMNS = (
     Column("MAX", "scaling.max_replicas"),
     Column("LAST_REQUEST", "status.last_request_at", "age"),
     Column("STORAGE", "storage_uri"),
+    Column("FAILED", "status.failure.failed_at", "age"),
+    Column("REASON", "status.failure.reason"),
 )
-"""``zeroserve models ls``: one row per model."""
+"""``zeroserve models ls``: one row per model (a failed one with when and why)."""
 
 _MODEL_FIELDS = (
     Column("NAME", "name"),
@@ -187,6 +193,8 @@ _MODEL_FIELDS = (
     Column("IN_FLIGHT", "status.in_flight"),
     Column("LAST_REQUEST", "status.last_request_at", "age"),
     Column("LAST_ACTIVATION", _last_activation),
+    Column("FAILED", "status.failure.failed_at", "age"),
+    Column("REASON", "status.failure.reason"),
     Column("STORAGE", "storage_uri"),
     Column("BACKEND", "backend"),
     Column("PLATFORM", "platform"),

@@ -17,10 +17,13 @@ _ERRORS = {
     "400": "Malformed JSON",
     "401": "Missing or wrong admin token",
     "404": "No such model",
-    "409": "The model exists already",
-    "422": "A field fails validation; `fields` names it",
+    "409": "The model exists already, or changed meanwhile",
+    "422": "A field fails validation (`fields` names it), or the stored model is one no "
+    "worker could load (the worker's words for it)",
+    "424": "The model's load failed for good; `zeroserve models load` tries it again",
     "502": "A worker failed the load",
-    "503": "Not possible now (no capacity, not acting, timeout); see Retry-After",
+    "503": "Not possible now (no capacity, not acting, timeout, storage unreachable); see "
+    "Retry-After",
 }
 
 
@@ -39,6 +42,7 @@ def _operation(
     body: type[BaseModel] | None = None,
     errors: tuple[str, ...] = ("401",),
     name_param: bool = False,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "responses": dict(responses)}
     for status in errors:
@@ -48,10 +52,23 @@ def _operation(
             "required": True,
             "content": {"application/json": {"schema": _ref(body)}},
         }
+    parameters: list[dict[str, Any]] = []
     if name_param:
-        operation["parameters"] = [
+        parameters.append(
             {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-        ]
+        )
+    if dry_run:
+        parameters.append(
+            {
+                "name": "dry_run",
+                "in": "query",
+                "required": False,
+                "description": "Check the stored model and answer the view; change nothing",
+                "schema": {"type": "boolean", "default": False},
+            }
+        )
+    if parameters:
+        operation["parameters"] = parameters
     return operation
 
 
@@ -78,10 +95,14 @@ def openapi_document() -> dict[str, Any]:
                 "List registered models", {"200": _json(schemas.ModelList, "Every model")}
             ),
             "post": _operation(
-                "Register a model",
-                {"201": _json(schemas.ModelView, "Registered")},
+                "Register a model (its stored model is checked first)",
+                {
+                    "201": _json(schemas.ModelView, "Registered"),
+                    "200": _json(schemas.ModelView, "dry_run: it would be registered"),
+                },
                 body=schemas.ModelCreate,
-                errors=("400", "401", "409", "422"),
+                errors=("400", "401", "409", "422", "503"),
+                dry_run=True,
             ),
         },
         "/admin/v1/models/{name}": {
@@ -92,8 +113,9 @@ def openapi_document() -> dict[str, Any]:
                 "Change a model (a storage or config change reloads its replicas)",
                 {"200": view},
                 body=schemas.ModelPatch,
-                errors=("400", "401", "404", "422"),
+                errors=("400", "401", "404", "409", "422", "503"),
                 name_param=True,
+                dry_run=True,
             ),
             "delete": _operation(
                 "Unload a model everywhere and forget it",
@@ -109,7 +131,7 @@ def openapi_document() -> dict[str, Any]:
                     "200": view,
                     "202": _json(schemas.ModelView, "Passed on to the acting control plane"),
                 },
-                errors=("401", "404", "502", "503"),
+                errors=("401", "404", "424", "502", "503"),
                 name_param=True,
             )
         },

@@ -64,9 +64,18 @@ async def list_models(request: Request) -> Response:
     return _view(await _service(request).list_models())
 
 
+def _dry_run(request: Request) -> bool:
+    value = request.query_params.get("dry_run", "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise InvalidInputError(f"dry_run must be true or false, not {value!r}")
+    return value in ("true", "1")
+
+
 async def create_model(request: Request) -> Response:
+    dry_run = _dry_run(request)
     body = _validate(schemas.ModelCreate, await _body(request), request)
-    return _view(await _service(request).register(body), 201)
+    view = await _service(request).register(body, dry_run=dry_run)
+    return _view(view, 200 if dry_run else 201)
 
 
 async def get_model(request: Request) -> Response:
@@ -74,8 +83,11 @@ async def get_model(request: Request) -> Response:
 
 
 async def update_model(request: Request) -> Response:
+    dry_run = _dry_run(request)
     patch = _validate(schemas.ModelPatch, await _body(request), request)
-    return _view(await _service(request).update(request.path_params["name"], patch))
+    return _view(
+        await _service(request).update(request.path_params["name"], patch, dry_run=dry_run)
+    )
 
 
 async def delete_model(request: Request) -> Response:

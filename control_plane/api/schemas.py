@@ -34,6 +34,7 @@ __all__ = [
     "Activations",
     "Device",
     "ErrorBody",
+    "Failure",
     "ModelCreate",
     "ModelList",
     "ModelPatch",
@@ -355,6 +356,14 @@ class Replica(BaseModel):
     since: float = Field(description="Wall-clock seconds since the epoch")
 
 
+class Failure(BaseModel):
+    """Why the model's last load failed for good; no activation starts until its
+    registration changes or it is loaded on purpose."""
+
+    reason: str = Field(description="The worker's words for the failed load")
+    failed_at: float = Field(description="Wall-clock seconds since the epoch")
+
+
 class ModelStatus(BaseModel):
     """Where a model stands now."""
 
@@ -366,6 +375,12 @@ class ModelStatus(BaseModel):
     in_flight: int = Field(description="Requests in flight on all activators")
     last_request_at: float | None = Field(description="Wall-clock seconds since the epoch")
     last_activation: dict[str, Any] | None = Field(description="The newest cold-start timeline")
+    failure: Failure | None = Field(
+        default=None,
+        description="Set when the model's load failed for good (state failed): calls to it "
+        "are answered at once with this reason and nothing is retried until the "
+        "registration changes or an explicit load",
+    )
 
 
 class ModelView(BaseModel):

@@ -37,8 +37,12 @@ class StateStore(abc.ABC):
         """Register; raises StoreConflictError if the name exists."""
 
     @abc.abstractmethod
-    async def update_model(self, record: ModelRecord) -> None:
-        """Replace; raises StoreConflictError if the name does not exist."""
+    async def update_model(
+        self, record: ModelRecord, *, expected_generation: int | None = None
+    ) -> None:
+        """Replace; raises StoreConflictError if the name does not exist or, with
+        ``expected_generation``, if the stored record has another generation (so that a
+        read-modify-write never undoes a concurrent change)."""
 
     @abc.abstractmethod
     async def get_model(self, name: str) -> ModelRecord | None: ...

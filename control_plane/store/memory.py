@@ -155,10 +155,20 @@ class MemoryStateStore(StateStore):
             raise StoreConflictError(f"model {record.name!r} already exists")
         self._models[record.name] = orjson.dumps(record.to_json())
 
-    async def update_model(self, record: ModelRecord) -> None:
+    async def update_model(
+        self, record: ModelRecord, *, expected_generation: int | None = None
+    ) -> None:
         self._check_open("update_model")
-        if record.name not in self._models:
+        current = self._models.get(record.name)
+        if current is None:
             raise StoreConflictError(f"model {record.name!r} does not exist")
+        if (
+            expected_generation is not None
+            and orjson.loads(current)["generation"] != expected_generation
+        ):
+            raise StoreConflictError(
+                f"model {record.name!r} does not exist at generation {expected_generation}"
+            )
         self._models[record.name] = orjson.dumps(record.to_json())
 
     async def get_model(self, name: str) -> ModelRecord | None:

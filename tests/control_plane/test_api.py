@@ -322,6 +322,7 @@ async def test_register_list_show(api: Api):
         "in_flight": 0,
         "last_request_at": None,
         "last_activation": None,
+        "failure": None,
     }
     listed = (await api.client.get("/admin/v1/models", headers=AUTH)).json()
     assert [m["name"] for m in listed["models"]] == ["m"]

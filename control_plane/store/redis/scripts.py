@@ -66,9 +66,16 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: models. ARGV: name, record JSON. -> 1 replaced, 0 absent.
+# KEYS: models. ARGV: name, record JSON, expected generation ('' for any).
+# -> 1 replaced, 0 absent or of another generation. A record already equal to the new one
+# counts as replaced, so a replay after a lost answer succeeds.
 _UPDATE_MODEL = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return 0 end
+if ARGV[3] ~= '' and current ~= ARGV[2]
+    and cjson.decode(current)['generation'] ~= tonumber(ARGV[3]) then
+  return 0
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """

@@ -139,15 +139,22 @@ class RedisStateStore(StateStore):
         if not created:
             raise StoreConflictError(f"model {record.name!r} already exists")
 
-    async def update_model(self, record: ModelRecord) -> None:
+    async def update_model(
+        self, record: ModelRecord, *, expected_generation: int | None = None
+    ) -> None:
+        expected = "" if expected_generation is None else str(expected_generation)
         updated = await self._run(
             "update_model",
             lambda: self._scripts.update_model(
-                keys=[self._keys.models], args=[record.name, _dumps(record)]
+                keys=[self._keys.models], args=[record.name, _dumps(record), expected]
             ),
         )
         if not updated:
-            raise StoreConflictError(f"model {record.name!r} does not exist")
+            raise StoreConflictError(
+                f"model {record.name!r} does not exist"
+                if expected_generation is None
+                else f"model {record.name!r} does not exist at generation {expected}"
+            )
 
     async def get_model(self, name: str) -> ModelRecord | None:
         raw = await self._run("get_model", lambda: self._client.hget(self._keys.models, name))

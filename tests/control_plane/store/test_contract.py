@@ -7,6 +7,7 @@ short ttl and then check that the entry is gone: a lower bound on time, never an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreConflictError, StoreUnavailableError
 from foundation.records import (
     FirstResponse,
+    ModelFailure,
     ModelRecord,
     Placement,
     PlacementEvent,
@@ -167,6 +169,36 @@ async def test_update_replaces_the_record(store: StateStore):
     newer = model(storage_uri="s3://models/mlp-v2", generation=3, config=None)
     await store.update_model(newer)
     assert await store.get_model("mlp") == newer
+
+
+async def test_a_failure_round_trips_with_the_record(store: StateStore):
+    failed = model(failure=ModelFailure(reason="config.pbtxt: bad", failed_at=1_700_000_009.5))
+    await store.create_model(failed)
+    assert await store.get_model("mlp") == failed
+    cleared = dataclasses.replace(failed, failure=None)
+    await store.update_model(cleared)
+    assert await store.get_model("mlp") == cleared
+
+
+async def test_update_at_the_expected_generation_replaces_the_record(store: StateStore):
+    await store.create_model(model(generation=2))
+    failed = model(generation=2, failure=ModelFailure(reason="bad", failed_at=1.5))
+    await store.update_model(failed, expected_generation=2)
+    assert await store.get_model("mlp") == failed
+    # The same write again (a replay after a lost answer) still succeeds.
+    await store.update_model(failed, expected_generation=2)
+    newer = model(generation=3, storage_uri="s3://models/mlp-v3")
+    await store.update_model(newer, expected_generation=2)
+    assert await store.get_model("mlp") == newer
+
+
+async def test_update_at_another_generation_conflicts_and_keeps_the_record(store: StateStore):
+    current = model(generation=3, storage_uri="s3://models/mlp-v3")
+    await store.create_model(current)
+    stale = model(generation=2, failure=ModelFailure(reason="bad", failed_at=1.5))
+    with pytest.raises(StoreConflictError):
+        await store.update_model(stale, expected_generation=2)
+    assert await store.get_model("mlp") == current
 
 
 async def test_update_of_an_unknown_name_conflicts_and_creates_nothing(store: StateStore):
