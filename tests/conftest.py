@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -10,6 +11,11 @@ import pytest
 # Triton's default port, servers running at once (and other test sessions on the machine)
 # would compete for 8001. Child processes inherit this.
 os.environ.setdefault("ZEROSERVE_DATA_PLANE_GRPC_PORT", "0")
+
+# `zeroserve up` keeps its state in the user's data folder by default: the platforms tests
+# start keep theirs in a folder of this session instead (tests that start several at once
+# give each its own), so no run reads or leaves registrations of another.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="zeroserve-test-data-")
 
 
 @pytest.fixture
