@@ -516,7 +516,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    _configure_access_log()
     return int(args.handler(args))
+
+
+def _configure_access_log() -> None:
+    """Access-log lines go to stderr as they are (each carries its own time, and a JSON line
+    must stay JSON), whatever ``--log-level``: turning them off is a setting of their own."""
+    from activator.access_log import ACCESS_LOGGER
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.handlers[:] = [handler]
+    access.setLevel(logging.INFO)
+    access.propagate = False
 
 
 if __name__ == "__main__":
