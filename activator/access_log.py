@@ -22,13 +22,13 @@ logger writes is the process's entry point's choice.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final, TypeAlias
 
 import grpc
@@ -172,7 +172,9 @@ class AccessLog:
             line = orjson.dumps(entry.to_json()).decode()
         else:
             line = _text(entry)
-        self._logger.info("%s", line)
+        # What logger.info does but looking up the caller's frame, which no line names.
+        logger = self._logger
+        logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, (), None))
 
 
 class RequestIdMiddleware:
@@ -393,7 +395,14 @@ def _size(message: Any) -> int:
 
 
 def _timestamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+    whole = int(seconds)
+    return f"{_second(whole)}.{int((seconds - whole) * 1000):03d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _second(whole: int) -> str:
+    # Cached: lines of one second share it, and formatting a date costs more than the rest.
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
 
 
 def _text(entry: AccessEntry) -> str:

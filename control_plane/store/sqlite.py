@@ -269,7 +269,11 @@ class SqliteStateStore(StateStore):
         await self._live.close()
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._executor, self._disconnect)
+            # Bounded as every call is: a thread stuck on the disk must not hold shutdown.
+            async with asyncio.timeout(self._timeout_s):
+                await loop.run_in_executor(self._executor, self._disconnect)
+        except TimeoutError:
+            logger.warning("state file %s not closed within %s s", self._path, self._timeout_s)
         finally:
             self._executor.shutdown(wait=False)
 

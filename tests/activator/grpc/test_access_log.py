@@ -86,6 +86,9 @@ async def test_refusals_and_cold_starts_are_logged_with_their_status_and_wait(
     assert answer.model_name == "cold"
     assert refused.value.code() == grpc.StatusCode.NOT_FOUND
     cold, unknown = entries
+    # The activator's own refusal names the call's id, as the log does.
+    trailing = dict(refused.value.trailing_metadata() or ())
+    assert trailing["x-request-id"] == unknown["request_id"]
     assert (cold["status"], cold["waited"]) == ("OK", True)
     assert isinstance(cold["wait_ms"], float) and cold["wait_ms"] > 0
     assert (unknown["model"], unknown["status"]) == (None, "NOT_FOUND")
