@@ -6,7 +6,8 @@ holds requests while a model is activated (``buffer``), the streaming proxy (``p
 the local view of placements and model names (``placements``), the watch that takes a
 worker that stopped answering out of routing (``health`` decides, ``watch`` probes), and
 the reports to the control plane: traffic, which feeds the autoscaler and the reaper, and
-each cold start's first response, which closes its timeline (``traffic``). It runs inside
+each cold start's first response, which closes its timeline (``traffic``), and the
+request ids and access log of every request, HTTP or gRPC (``access_log``). It runs inside
 ``zeroserve up`` or alone (``zeroserve activator``), then talking to the control plane
 only through the shared state store.
 """

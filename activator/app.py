@@ -11,6 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 
 from activator import http_errors
+from activator.access_log import AccessLogMiddleware, RequestIdMiddleware
 from activator.buffer import Activate
 from activator.core import ActivatorCore, ActivatorStore
 from activator.metrics import RequestMetricsMiddleware
@@ -56,10 +57,14 @@ def create_app_on(core: ActivatorCore) -> Starlette:
                 metrics=parts.metrics,
             )
 
-    # Outermost first; access logging and request ids will go here too, as pure ASGI. The
-    # metrics middleware sits inside Starlette's outermost error middleware and outside the
-    # exception handlers, so it sees the status those handlers answer with.
-    middleware = [Middleware(RequestMetricsMiddleware, metrics=core.metrics)]
+    # Outermost first, all inside Starlette's outermost error middleware and outside the
+    # exception handlers, so that they see the status those handlers answer with. The
+    # request id comes first: the access log names it and the proxy passes it on. The
+    # access log wraps the metrics so that its latency covers theirs too.
+    middleware = [Middleware(RequestIdMiddleware)]
+    if core.access_log is not None:
+        middleware.append(Middleware(AccessLogMiddleware, log=core.access_log))
+    middleware.append(Middleware(RequestMetricsMiddleware, metrics=core.metrics))
     return Starlette(
         routes=routes,
         middleware=middleware,

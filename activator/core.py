@@ -19,6 +19,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from activator.access_log import AccessLog
 from activator.buffer import Activate, Buffer
 from activator.health import StallPolicy
 from activator.lb import Replica
@@ -120,13 +121,13 @@ class CoreParts:
 class ActivatorCore:
     """Builds, runs and stops the activator's shared request-path objects.
 
-    The metrics exist from construction (the HTTP app's middleware takes them before it
-    starts); the rest exists while the core is open. :meth:`open` is shared: the first
-    caller builds the parts, starts following the store's placements, reporting traffic
-    and watching for stalled workers, and waits for the first list of placements; later
-    callers get the same parts; when the last one leaves, what still waits in the buffer
-    fails, the background tasks stop, a last traffic report goes out and the upstream pool
-    closes. It may be opened again after that (a new run, new parts).
+    The metrics and the access log exist from construction (the HTTP app's middleware
+    takes them before it starts); the rest exists while the core is open. :meth:`open` is
+    shared: the first caller builds the parts, starts following the store's placements,
+    reporting traffic and watching for stalled workers, and waits for the first list of
+    placements; later callers get the same parts; when the last one leaves, what still
+    waits in the buffer fails, the background tasks stop, a last traffic report goes out
+    and the upstream pool closes. It may be opened again after that (a new run, new parts).
 
     Parameters:
         settings: the activator's settings.
@@ -161,6 +162,8 @@ class ActivatorCore:
                 max_values=settings.cloudwatch_max_values,
             )
         self.metrics = ActivatorMetrics(registry or CollectorRegistry(), observer=self._publisher)
+        self.access_log = AccessLog(settings.access_log_format) if settings.access_log else None
+        """Where both transports write their access-log lines; None when the log is off."""
         self._parts: CoreParts | None = None
         self._users = 0
         self._stack: contextlib.AsyncExitStack | None = None

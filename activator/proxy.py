@@ -22,6 +22,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from activator.access_log import note_activation_wait
 from activator.buffer import Buffer, Grant
 from activator.errors import UpstreamBusyError, UpstreamError, UpstreamTimeoutError
 from activator.http_errors import CLIENT_CLOSED
@@ -151,7 +152,11 @@ class Proxy:
             if replica is None:
                 if deadline is None:
                     deadline = loop.time() + self._activation_timeout_s
-                grant = await self._wait_in_buffer(model, receive, deadline, is_retry)
+                waiting_since = loop.time()
+                try:
+                    grant = await self._wait_in_buffer(model, receive, deadline, is_retry)
+                finally:
+                    note_activation_wait(loop.time() - waiting_since)
                 if grant is None:
                     return None
                 replica = grant.replica

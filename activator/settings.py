@@ -7,6 +7,7 @@ from typing import Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from activator.access_log import AccessLogFormat
 from foundation.grpc_limits import GrpcLimits
 from foundation.http import ServerLimits
 
@@ -105,6 +106,13 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     """How long in-flight requests may take to finish on shutdown."""
     readiness_propagation_s: float = Field(default=0.0, ge=0)
     """Pause between failing readiness and refusing connections on shutdown."""
+
+    access_log: bool = True
+    """Write one line per request (health probes and metric scrapes aside) to the
+    ``zeroserve.access`` logger: time, request id, key id, model, protocol, status,
+    latency, time waited for an activation, bytes in and out."""
+    access_log_format: AccessLogFormat = AccessLogFormat.TEXT
+    """``text`` (``key=value`` pairs) or ``json`` (one object a line)."""
 
     cloudwatch_enabled: bool = False
     """Publish request metrics to CloudWatch (PutMetricData, namespace ``zeroserve``) with

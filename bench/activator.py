@@ -25,6 +25,7 @@ process with py-spy under activator load instead and writes ``...-activator-prof
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import socket
 import statistics
@@ -76,6 +77,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="2 s points, 1 repeat, 2 rates")
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
     parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
+    parser.add_argument(
+        "--access-log",
+        choices=["on", "off", "both"],
+        default="on",
+        help="the activator's access log; both: a platform with it and one without, measured "
+        "in turns in this run, and the log's cost (the first's added latency and CPU less "
+        "the second's)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy the platform instead")
     parser.add_argument("--profile-rate", type=float, default=400.0)
     parser.add_argument("--top", type=int, default=30, help="functions per profile ranking")
@@ -126,15 +135,26 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         model, spec, model_dir = _write_model(args.model, workdir / "models")
         loadgen: LoadGenerator = WrkLoad(workdir) if WrkLoad.is_available() else BenchLoad()
-        platform = PlatformProcess(
-            workdir, cache_dir=workdir / "cache", allowed_storage=(str(workdir / "models"),)
-        )
-        with platform:
-            setup = _start_model(platform, model, spec, model_dir)
+        variants = ["on", "off"] if args.access_log == "both" else [args.access_log]
+        with contextlib.ExitStack() as stack:
+            setups: dict[str, _Setup] = {}
+            for variant in variants:
+                platform = stack.enter_context(
+                    PlatformProcess(
+                        workdir,
+                        cache_dir=workdir / f"cache-{variant}",
+                        allowed_storage=(str(workdir / "models"),),
+                        env={"ZEROSERVE_ACTIVATOR_ACCESS_LOG": str(variant == "on").lower()},
+                        name=f"platform-log-{variant}",
+                    )
+                )
+                setups[variant] = _start_model(platform, model, spec, model_dir)
+            setup = setups[variants[0]]
             if args.profile:
                 return _profile(args, setup, stamp, tag)
-            points, capacity = _measure(args, setup, loadgen)
-            commands = {"platform": platform.command}
+            measured = _measure_variants(args, setups, loadgen)
+            points, capacity = measured[variants[0]]
+            commands = {"platform": setup.platform.command}
             if isinstance(loadgen, WrkLoad):
                 commands["capacity"] = loadgen.command(
                     setup.target(ACTIVATOR),
@@ -146,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     limit = SATURATION_SHARE * activator_capacity
     targets = _targets(points, args.rate_list, limit)
     print(_table(points, args.rate_list, capacity, limit, spec, model))
+    if "off" in measured and len(measured) == 2:
+        off_points, off_capacity = measured["off"]
+        table = _table(off_points, args.rate_list, off_capacity, limit, spec, model)
+        print(f"\nwithout the access log (second platform):{table}")
+        print(_cost_table(measured["on"], measured["off"], args.rate_list))
     print(report.targets_text(targets))
     document: dict[str, Any] = {
         "benchmark": "activator",
@@ -189,7 +214,22 @@ def main(argv: list[str] | None = None) -> int:
         ],
         "added": _added_json(points, args.rate_list),
         "targets": [asdict(t) | {"passed": t.passed} for t in targets],
+        "access_log": variants[0],
     }
+    if len(measured) == 2:
+        off_points, off_capacity = measured["off"]
+        document["without_access_log"] = {
+            "capacity": {
+                path: {"median_per_s": statistics.median(values), "repeats": values}
+                for path, values in off_capacity.items()
+            },
+            "points": [
+                {"rate": p.rate, "path": p.path, "median": {k: p.median(k) for k in _MEDIAN_KEYS}}
+                for p in off_points
+            ],
+            "added": _added_json(off_points, args.rate_list),
+        }
+        document["access_log_cost"] = _cost_json(measured["on"], measured["off"], args.rate_list)
     if not args.no_save:
         path = RESULTS_DIR / f"{stamp}-{tag}-activator{'-quick' if args.quick else ''}.json"
         report.write_json(path, document)
@@ -229,50 +269,81 @@ def _start_model(
     return setup
 
 
-def _measure(
-    args: argparse.Namespace, setup: _Setup, loadgen: LoadGenerator
-) -> tuple[list[_Point], dict[str, list[float]]]:
-    points = {(r, p): _Point(r, p) for r in args.rate_list for p in (DIRECT, ACTIVATOR)}
-    capacity: dict[str, list[float]] = {DIRECT: [], ACTIVATOR: []}
-    per_repeat = 2 * (args.capacity_duration + 1) + len(points) * (args.duration + args.warmup)
+_Measured = tuple[list["_Point"], dict[str, list[float]]]
+
+
+def _measure_variants(
+    args: argparse.Namespace, setups: dict[str, _Setup], loadgen: LoadGenerator
+) -> dict[str, _Measured]:
+    """Each platform's points and capacities; with two, a repeat of one and then of the
+    other, the first alternating, so that both see the same machine over the run."""
+    points = {
+        variant: {(r, p): _Point(r, p) for r in args.rate_list for p in (DIRECT, ACTIVATOR)}
+        for variant in setups
+    }
+    capacity: dict[str, dict[str, list[float]]] = {
+        variant: {DIRECT: [], ACTIVATOR: []} for variant in setups
+    }
+    count = len(setups) * 2 * len(args.rate_list)
+    per_repeat = 2 * len(setups) * (args.capacity_duration + 1) + count * (
+        args.duration + args.warmup
+    )
     print(
-        f"{len(points)} points x {args.repeats} repeats, ~{args.repeats * per_repeat / 60:.1f} "
+        f"{count} points x {args.repeats} repeats, ~{args.repeats * per_repeat / 60:.1f} "
         f"min; open loop in this process, capacity: {loadgen.name}",
         flush=True,
     )
+    variants = list(setups)
     for repeat in range(args.repeats):
-        order = (DIRECT, ACTIVATOR) if repeat % 2 == 0 else (ACTIVATOR, DIRECT)
-        for path in order:
-            target = setup.target(path)
-            loadgen.run(target, setup.body, connections=args.capacity_connections, duration_s=1)
-            probe = loadgen.run(
-                target,
-                setup.body,
-                connections=args.capacity_connections,
-                duration_s=args.capacity_duration,
+        for variant in variants if repeat % 2 == 0 else variants[::-1]:
+            if len(variants) > 1:
+                print(f"[{repeat + 1}/{args.repeats}] access log {variant}", file=sys.stderr)
+            _measure_repeat(
+                args, setups[variant], loadgen, repeat, points[variant], capacity[variant]
             )
-            capacity[path].append(probe.throughput)
+    return {v: (list(points[v].values()), capacity[v]) for v in variants}
+
+
+def _measure_repeat(
+    args: argparse.Namespace,
+    setup: _Setup,
+    loadgen: LoadGenerator,
+    repeat: int,
+    points: dict[tuple[float, str], _Point],
+    capacity: dict[str, list[float]],
+) -> None:
+    """One repeat on one platform: both capacities, then every rate both ways."""
+    order = (DIRECT, ACTIVATOR) if repeat % 2 == 0 else (ACTIVATOR, DIRECT)
+    for path in order:
+        target = setup.target(path)
+        loadgen.run(target, setup.body, connections=args.capacity_connections, duration_s=1)
+        probe = loadgen.run(
+            target,
+            setup.body,
+            connections=args.capacity_connections,
+            duration_s=args.capacity_duration,
+        )
+        capacity[path].append(probe.throughput)
+        print(
+            f"[{repeat + 1}/{args.repeats}] capacity {path:<9} {probe.throughput:8.1f}/s  "
+            f"p50 {probe.p50_ms:6.2f} ms  errors {probe.error_count}",
+            file=sys.stderr,
+            flush=True,
+        )
+    rates = args.rate_list if repeat % 2 == 0 else args.rate_list[::-1]
+    for index, rate in enumerate(rates):
+        first = (DIRECT, ACTIVATOR) if (index + repeat) % 2 == 0 else (ACTIVATOR, DIRECT)
+        for path in first:
+            seed = args.seed * 1_000_003 + repeat * 1009 + int(rate)
+            record = _run_point(args, setup, path, rate, seed)
+            points[(rate, path)].repeats.append(record)
             print(
-                f"[{repeat + 1}/{args.repeats}] capacity {path:<9} {probe.throughput:8.1f}/s  "
-                f"p50 {probe.p50_ms:6.2f} ms  errors {probe.error_count}",
+                f"[{repeat + 1}/{args.repeats}] {rate:6.0f}/s {path:<9} "
+                f"{record['throughput']:7.1f}/s  p50 {record['p50_ms']:6.2f} ms  "
+                f"p99 {record['p99_ms']:6.2f} ms  errors {record['error_count']}",
                 file=sys.stderr,
                 flush=True,
             )
-        rates = args.rate_list if repeat % 2 == 0 else args.rate_list[::-1]
-        for index, rate in enumerate(rates):
-            first = (DIRECT, ACTIVATOR) if (index + repeat) % 2 == 0 else (ACTIVATOR, DIRECT)
-            for path in first:
-                seed = args.seed * 1_000_003 + repeat * 1009 + int(rate)
-                record = _run_point(args, setup, path, rate, seed)
-                points[(rate, path)].repeats.append(record)
-                print(
-                    f"[{repeat + 1}/{args.repeats}] {rate:6.0f}/s {path:<9} "
-                    f"{record['throughput']:7.1f}/s  p50 {record['p50_ms']:6.2f} ms  "
-                    f"p99 {record['p99_ms']:6.2f} ms  errors {record['error_count']}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    return list(points.values()), capacity
 
 
 def _run_point(
@@ -461,6 +532,59 @@ def _table(
         "by the platform process (control plane + activator), the worker, this client; other: "
         "the rest of the machine (noise); added: activator median - direct median.",
     ]
+    return "\n".join(lines)
+
+
+def _cost_json(on: _Measured, off: _Measured, rates: list[float]) -> dict[str, Any]:
+    """What the access log costs: each platform's added latency (its activator less its
+    worker) and CPU per request, the platform with the log less the one without."""
+    (on_points, on_capacity), (off_points, off_capacity) = on, off
+    capacity_on = statistics.median(on_capacity[ACTIVATOR])
+    capacity_off = statistics.median(off_capacity[ACTIVATOR])
+    return {
+        "activator_capacity_per_s": {"on": capacity_on, "off": capacity_off},
+        "capacity_ratio": capacity_on / capacity_off,
+        "rates": [
+            {
+                "rate": rate,
+                **{
+                    f"added_{key}": {
+                        "on": _added(on_points, rate, key),
+                        "off": _added(off_points, rate, key),
+                        "cost": _added(on_points, rate, key) - _added(off_points, rate, key),
+                    }
+                    for key in ("p50_ms", "p99_ms")
+                },
+                "platform_cpu_ms_per_request": {
+                    "on": _cpu_per_request(on_points, rate),
+                    "off": _cpu_per_request(off_points, rate),
+                    "cost": _cpu_per_request(on_points, rate) - _cpu_per_request(off_points, rate),
+                },
+            }
+            for rate in rates
+        ],
+    }
+
+
+def _cost_table(on: _Measured, off: _Measured, rates: list[float]) -> str:
+    cost = _cost_json(on, off, rates)
+    header = (
+        f"{'rate/s':>7}{'added p50 on/off ms':>22}{'cost':>8}{'added p99 on/off ms':>22}"
+        f"{'cost':>8}{'cpu/req on/off ms':>20}{'cost us':>9}"
+    )
+    lines = ["", "access log cost (platform with it less platform without)", header]
+    for row in cost["rates"]:
+        p50, p99, cpu = row["added_p50_ms"], row["added_p99_ms"], row["platform_cpu_ms_per_request"]
+        lines.append(
+            f"{row['rate']:>7g}{p50['on']:>14.3f} /{p50['off']:>6.3f}{p50['cost']:>+8.3f}"
+            f"{p99['on']:>14.3f} /{p99['off']:>6.3f}{p99['cost']:>+8.3f}"
+            f"{cpu['on']:>12.3f} /{cpu['off']:>6.3f}{cpu['cost'] * 1000:>+9.1f}"
+        )
+    caps = cost["activator_capacity_per_s"]
+    lines.append(
+        f"activator capacity (closed loop): {caps['on']:.0f}/s with the log, "
+        f"{caps['off']:.0f}/s without ({cost['capacity_ratio']:.3f}x)"
+    )
     return "\n".join(lines)
 
 

@@ -22,6 +22,11 @@ _CONFIG_HOME = tempfile.mkdtemp(prefix="zeroserve-test-config-")
 os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
 atexit.register(shutil.rmtree, _CONFIG_HOME, ignore_errors=True)
 
+# `zeroserve up` keeps its state in the user's data folder by default: the platforms tests
+# start keep theirs in a folder of this session instead (tests that start several at once
+# give each its own), so no run reads or leaves registrations of another.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="zeroserve-test-data-")
+
 
 @pytest.fixture
 def anyio_backend() -> str:

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
+from zeroserve.local_paths import absolute_local, absolute_state_url, default_state_path
+
 if TYPE_CHECKING:
     from control_plane.settings import AdminClientSettings, ControlPlaneSettings
     from zeroserve.credentials import StoreOutcome
@@ -219,7 +221,11 @@ def _platform_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--admin-host", default=None, help="admin API address (loopback)")
     parser.add_argument("--admin-port", type=int, default=None, help="admin API port (8081)")
     parser.add_argument(
-        "--state", default=None, help="state store: memory (default) or redis://host:port/db"
+        "--state",
+        default=None,
+        help="state store: sqlite:///PATH (up's default: a file in your data folder, "
+        "~/.local/share/zeroserve/state.db), memory (forgotten on exit) or "
+        "redis://host:port/db",
     )
     parser.add_argument(
         "--backend",
@@ -272,8 +278,13 @@ def _control_plane_settings(args: argparse.Namespace) -> ControlPlaneSettings:
         if value is not None:
             overrides[field] = value
     settings = ControlPlaneSettings(**overrides)  # type: ignore[arg-type]
+    cwd = Path.cwd()
+    state_url = absolute_state_url(settings.state_url, cwd)
+    if state_url != settings.state_url:
+        settings = settings.model_copy(update={"state_url": state_url})
     if args.allow_storage:
-        allowed = (*settings.allowed_storage, *args.allow_storage)
+        added = (absolute_local(root, cwd) for root in args.allow_storage)
+        allowed = (*settings.allowed_storage, *added)
         settings = settings.model_copy(update={"allowed_storage": allowed})
     return settings
 
@@ -305,6 +316,11 @@ def _up(args: argparse.Namespace) -> int:
 
     try:
         settings, generated = ensure_admin_token(_control_plane_settings(args))
+        if "state_url" not in settings.model_fields_set:
+            # Embedded, registrations outlive the process unless memory is asked for; the
+            # standalone control plane keeps memory, its cluster state being Redis.
+            path = default_state_path(os.environ, Path.home())
+            settings = settings.model_copy(update={"state_url": f"sqlite:///{path}"})
         if "allow_model_code" not in settings.model_fields_set:
             # One machine, its own user: models are code as in `zeroserve serve`. A cluster
             # control plane keeps the default (off) until its operator allows it.
@@ -549,7 +565,9 @@ def registration_body(args: argparse.Namespace) -> dict[str, object]:
     """The admin API's registration body for ``zeroserve models register``'s arguments.
 
     Raises ValueError when ``--config`` is not JSON."""
-    body: dict[str, object] = {"name": args.name, "storage_uri": args.storage_uri}
+    # The platform may run elsewhere than this command: a relative folder is the caller's.
+    storage_uri = absolute_local(args.storage_uri, Path.cwd())
+    body: dict[str, object] = {"name": args.name, "storage_uri": storage_uri}
     for option in ("backend", "platform", "bls_models"):
         if getattr(args, option) is not None:
             body[option] = getattr(args, option)
@@ -848,6 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    _configure_access_log()
     try:
         return int(args.handler(args))
     except BrokenPipeError:
@@ -855,6 +874,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Python would report it again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _configure_access_log() -> None:
+    """Access-log lines go to stderr as they are (each carries its own time, and a JSON line
+    must stay JSON), whatever ``--log-level``: turning them off is a setting of their own."""
+    from activator.access_log import ACCESS_LOGGER
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.handlers[:] = [handler]
+    access.setLevel(logging.INFO)
+    access.propagate = False
 
 
 if __name__ == "__main__":

@@ -54,12 +54,20 @@ from control_plane.placement import PoolPlacers
 from control_plane.reaper import Reaper
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
+from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.factory import open_state_store
+from control_plane.store.sqlite import SqliteStateStore
 from control_plane.worker_client import WorkerClient
 from control_plane.worker_metrics import WorkerMetrics
 from foundation import serving
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
-from foundation.serving import HttpListener, Lifecycle, StopSignals, bind_socket
+from foundation.serving import (
+    HttpListener,
+    Lifecycle,
+    ServerStartError,
+    StopSignals,
+    bind_socket,
+)
 from runtimes.registry import available_backends
 
 if TYPE_CHECKING:
@@ -186,6 +194,13 @@ class Platform:
                     bind_socket(host, self._activator_settings.grpc_port).close()
             store = open_state_store(settings.state_url)
             stack.push_async_callback(store.close)
+            if isinstance(store, SqliteStateStore):
+                # The file is one platform's: a second one on it stops here, before it
+                # starts a worker of its own.
+                try:
+                    await store.open()
+                except StoreUnavailableError as exc:
+                    raise ServerStartError(server="platform", reason=exc.message) from exc
             registry = CollectorRegistry()
             metrics = ControlPlaneMetrics(registry)
             workers = WorkerClient(

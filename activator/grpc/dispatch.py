@@ -16,11 +16,13 @@ share one :class:`SequenceBindings`, so a sequence may mix them.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Final
 
 import grpc
 
+from activator.access_log import note_activation_wait
 from activator.buffer import Buffer, Grant
 from activator.errors import (
     ModelNotRegisteredError,
@@ -157,7 +159,12 @@ class Dispatch:
             replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
         grant = None
         if replica is None:
-            grant = await self._buffer.wait(model, deadline=deadline, requeue=requeue)
+            loop = asyncio.get_running_loop()
+            waiting_since = loop.time()
+            try:
+                grant = await self._buffer.wait(model, deadline=deadline, requeue=requeue)
+            finally:
+                note_activation_wait(loop.time() - waiting_since)
             replica = grant.replica
             if sequence is not None:
                 # The model has replicas now: the sequence's is the one its ID hashes to.

@@ -29,6 +29,7 @@ from typing import Any, Final, NoReturn, TypeVar
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from activator.access_log import current_request_id
 from activator.core import CoreParts
 from activator.grpc.channels import WorkerChannels
 from activator.grpc.dispatch import SERVICE, Dispatch, WorkerStatusError
@@ -41,6 +42,7 @@ from activator.grpc.stream import StreamForward, StreamStatusError
 from activator.grpc.unary import UnaryForward
 from activator.grpc.wire import MalformedMessageError, string_fields
 from activator.metadata import EXTENSIONS, SERVER_NAME, server_version
+from foundation import request_ids
 from foundation.proto import grpc_service_pb2 as pb
 
 __all__ = ["GrpcRouter"]
@@ -215,4 +217,9 @@ def _unary(rpc: str, method: _Unary) -> grpc.RpcMethodHandler[bytes, bytes]:
 
 
 async def _abort(context: _Context, status: GrpcStatus) -> NoReturn:
-    await context.abort(status.code, status.message, status.metadata)
+    metadata = status.metadata
+    request_id = current_request_id()
+    # The call's id, as on HTTP error answers, unless the worker's status already names it.
+    if request_id is not None and all(key != request_ids.METADATA_KEY for key, _ in metadata):
+        metadata = (*metadata, (request_ids.METADATA_KEY, request_id))
+    await context.abort(status.code, status.message, metadata)

@@ -16,6 +16,7 @@ from typing import Self
 
 import grpc
 
+from activator.access_log import AccessLogInterceptor
 from activator.core import ActivatorCore
 from activator.grpc.channels import WorkerChannels
 from activator.grpc.router import GrpcRouter
@@ -54,9 +55,11 @@ class GrpcListener:
     def __init__(self, core: ActivatorCore, settings: ActivatorSettings, *, port: int) -> None:
         self._core = core
         self._settings = settings
+        access_log = core.access_log
         self._server = grpc.aio.server(
             options=channel_options(settings),
             maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+            interceptors=[] if access_log is None else [AccessLogInterceptor(access_log)],
         )
         host = settings.host
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

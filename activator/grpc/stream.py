@@ -47,6 +47,7 @@ from typing import Final
 
 import grpc
 
+from activator.access_log import note_model
 from activator.grpc.channels import WorkerChannels
 from activator.grpc.dispatch import Dispatch, method_path, worker_failure
 from activator.grpc.status import UNPARSABLE_MESSAGE, GrpcStatus, grpc_status
@@ -258,6 +259,7 @@ class _Lane:
                         # An unknown name holds nothing: a stream naming many costs no lanes.
                         return
                     continue
+                note_model(self.model)
                 if not await self._serve(request):
                     return
         finally:

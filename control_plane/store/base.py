@@ -1,4 +1,4 @@
-"""The state store interface: one contract, an in-memory and a Redis implementation."""
+"""The state store interface: one contract, with in-memory, SQLite and Redis implementations."""
 
 from __future__ import annotations
 

@@ -160,6 +160,8 @@ def start_platform(
         "ZEROSERVE_CONTROL_PLANE_WORKER_HEALTH_INTERVAL_S": "0.5",
         "ZEROSERVE_CONTROL_PLANE_WORKER_LOG_DIR": str(tmp_path / f"{name}-workers"),
         "ZEROSERVE_ACTIVATOR_BUFFER_MAX_REQUESTS": str(BUFFER_MAX),
+        # Its own default state file: platforms of one test run at once.
+        "XDG_DATA_HOME": str(tmp_path / f"{name}-data"),
         **env,
     }
     with log_path.open("wb") as log:

@@ -1,4 +1,4 @@
-"""The StateStore contract, run against the in-memory store and against a real redis-server.
+"""The StateStore contract, run against the in-memory, the SQLite and a real Redis store.
 
 Every test goes through the public StateStore methods only. Expiry tests wait well past a
 short ttl and then check that the entry is gone: a lower bound on time, never an upper one.
