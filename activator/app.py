@@ -11,9 +11,11 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 
 from activator import http_errors
+from activator.auth import KeyAuth
 from activator.buffer import Activate
 from activator.core import ActivatorCore, ActivatorStore
 from activator.metrics import RequestMetricsMiddleware
+from activator.quotas import SharedCounters
 from activator.routes import routes
 from activator.settings import ActivatorSettings
 from activator.state import ActivatorState, Lifecycle
@@ -31,11 +33,18 @@ def create_app(
     *,
     lifecycle: Lifecycle | None = None,
     registry: CollectorRegistry | None = None,
+    counters: SharedCounters | None = None,
 ) -> Starlette:
     """The activator app over a core of its own (see :class:`ActivatorCore` for what its
     lifespan starts and stops, and what the parameters are)."""
     core = ActivatorCore(
-        settings, store, activate, activator_id, lifecycle=lifecycle, registry=registry
+        settings,
+        store,
+        activate,
+        activator_id,
+        lifecycle=lifecycle,
+        registry=registry,
+        counters=counters,
     )
     return create_app_on(core)
 
@@ -54,12 +63,17 @@ def create_app_on(core: ActivatorCore) -> Starlette:
                 view=parts.view,
                 lifecycle=parts.lifecycle,
                 metrics=parts.metrics,
+                gate=parts.gate,
             )
 
     # Outermost first; access logging and request ids will go here too, as pure ASGI. The
     # metrics middleware sits inside Starlette's outermost error middleware and outside the
-    # exception handlers, so it sees the status those handlers answer with.
-    middleware = [Middleware(RequestMetricsMiddleware, metrics=core.metrics)]
+    # exception handlers, so it sees the status those handlers answer with (refusals for
+    # keys and quotas included). Keys come next, before anything reads the request.
+    middleware = [
+        Middleware(RequestMetricsMiddleware, metrics=core.metrics),
+        Middleware(KeyAuth, gate=core.gate),
+    ]
     return Starlette(
         routes=routes,
         middleware=middleware,

@@ -71,6 +71,9 @@ class PlatformProcess:
             "ZEROSERVE_ADMIN_TOKEN": self._token,
             "ZEROSERVE_ALLOWED_STORAGE": ",".join(allowed_storage),
             "ZEROSERVE_CONTROL_PLANE_WORKER_LOG_DIR": str(self.worker_log_dir),
+            # Benchmarks measure serving without keys unless they say otherwise (``env``);
+            # bench/activator.py measures both.
+            "ZEROSERVE_ACTIVATOR_AUTH": "off",
             **(env or {}),
         }
         arguments = ["up", "--port", str(self.port), "--admin-port", str(self.admin_port)]

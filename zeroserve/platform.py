@@ -148,6 +148,7 @@ class Platform:
         self._out = out
         self._knative = knative
         self._backend: PodBackend | None = None
+        self._demo_key: str | None = None
         self.lifecycle = Lifecycle()
         """The public server's: readiness fails once the platform is stopping."""
 
@@ -360,6 +361,12 @@ class Platform:
         )
         with contextlib.suppress(ModelExistsError):
             await service.register(body)
+        activator = self._activator_settings
+        if activator is not None and activator.auth == "keys":
+            from control_plane.keys import KeyService
+
+            # A key for the demo model only: what the banner's curl line sends.
+            self._demo_key, _ = await KeyService(service.store).create("demo", models=(DEMO_MODEL,))
 
     def _banner(self, admin: str, endpoints: _PublicEndpoints | None) -> None:
         lines = [f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})"]
@@ -371,9 +378,13 @@ class Platform:
             if self._demo:
                 from data_plane.demo import DEMO_MODEL
 
+                auth = ""
+                if self._demo_key is not None:
+                    # The demo key (for the demo model only) is shown here, once.
+                    auth = f' -H "Authorization: Bearer {self._demo_key}"'
                 lines.append(
                     f"demo model '{DEMO_MODEL}' registered (scaled to zero); try:\n"
-                    f"  curl -s -X POST {public}/v2/models/{DEMO_MODEL}/infer"
+                    f"  curl -s -X POST {public}/v2/models/{DEMO_MODEL}/infer{auth}"
                     ' -d \'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],'
                     '"data":[1,2,3,4]}]}\''
                 )

@@ -27,13 +27,14 @@ __all__ = ["UnaryForward", "forwarded_metadata"]
 
 
 def forwarded_metadata(metadata: Iterable[tuple[str, Any]] | None) -> Metadata | None:
-    """The client's metadata to pass on: all of it but gRPC's own per-hop keys."""
+    """The client's metadata to pass on: all of it but gRPC's own per-hop keys, and the
+    caller's API key, which is the activator's to check and no worker's to see."""
     if not metadata:
         return None
     kept = tuple(
         (key, value)
         for key, value in metadata
-        if key != "user-agent" and not key.startswith(("grpc-", ":"))
+        if key not in ("user-agent", "authorization") and not key.startswith(("grpc-", ":"))
     )
     return kept or None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any, TextIO
 from urllib.parse import quote
 
@@ -10,7 +11,7 @@ import httpx
 
 from control_plane.settings import AdminClientSettings
 
-__all__ = ["AdminApiError", "AdminClient", "run"]
+__all__ = ["AdminApiError", "AdminClient", "run", "run_keys"]
 
 
 class AdminApiError(Exception):
@@ -119,6 +120,77 @@ def _print_table(models: list[dict[str, Any]], out: TextIO) -> None:
                 str(m["scaling"]["min_replicas"]),
                 str(m["scaling"]["max_replicas"]),
                 m["storage_uri"],
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
+        )
+
+
+def run_keys(
+    command: str,
+    settings: AdminClientSettings,
+    *,
+    key_id: str | None = None,
+    body: dict[str, Any] | None = None,
+    output: str = "table",
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Run one ``zeroserve keys`` command; the process exit status. ``create`` prints the
+    new key once (it is never shown again); nothing else ever prints a key."""
+    client = AdminClient(settings)
+    path = f"/keys/{quote(key_id or '', safe='')}"
+    try:
+        if command == "create":
+            created = client.call("POST", "/keys", body)
+            if output == "json":
+                _print_json(created, out)
+            else:
+                print(
+                    f"created key {created['id']} ({created['name']}); it is shown this once:\n"
+                    f"{created['key']}",
+                    file=out,
+                )
+        elif command == "ls":
+            keys = client.call("GET", "/keys")["keys"]
+            if output == "json":
+                _print_json(keys, out)
+            else:
+                _print_keys(keys, out)
+        elif command == "show":
+            _print_json(client.call("GET", path), out)
+        elif command == "revoke":
+            revoked = client.call("POST", f"{path}/revoke")
+            print(f"revoked key {revoked['id']} ({revoked['name']})", file=out)
+        else:
+            raise ValueError(f"unknown command {command!r}")
+    except AdminApiError as exc:
+        print(f"zeroserve keys {command}: {exc}", file=err)
+        return 1
+    except httpx.HTTPError as exc:
+        print(f"zeroserve keys {command}: cannot reach {settings.url}: {exc}", file=err)
+        return 1
+    finally:
+        client.close()
+    return 0
+
+
+def _print_keys(keys: list[dict[str, Any]], out: TextIO) -> None:
+    rows = [("ID", "NAME", "STATE", "MODELS", "LIMITS", "EXPIRES")]
+    for key in keys:
+        limits = ", ".join(f"{k}={v:g}" for k, v in key["limits"].items() if v is not None)
+        expires = key["expires_at"]
+        rows.append(
+            (
+                key["id"],
+                key["name"],
+                key["state"],
+                ",".join(key["models"]),
+                limits or "-",
+                time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires)) if expires else "never",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

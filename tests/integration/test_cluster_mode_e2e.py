@@ -125,7 +125,8 @@ class Cluster:
             ZEROSERVE_CONTROL_PLANE_PLACEMENT_PROPAGATION_S="0.3",
         )
 
-    def start_activator(self, name: str) -> Component:
+    def start_activator(self, name: str, **env: str) -> Component:
+        """An activator on the cluster's Redis; keys off unless ``env`` says otherwise."""
         port = free_port()
         return self._start(
             name,
@@ -135,6 +136,7 @@ class Cluster:
             ZEROSERVE_ACTIVATOR_TRAFFIC_REPORT_INTERVAL_S="0.2",
             # A request that finds no replica gives up (503) before the test's client does.
             ZEROSERVE_ACTIVATOR_ACTIVATION_TIMEOUT_S="60",
+            **{"ZEROSERVE_ACTIVATOR_AUTH": "off", **env},
         )
 
     def _start(
