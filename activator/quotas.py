@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import secrets
 import time
 from collections import deque
 from collections.abc import Callable
@@ -191,6 +192,8 @@ class Quotas:
         self._lease_s = lease_s
         self._clock = clock
         self._shared_down_until = -math.inf
+        # Tickets are unique across activators: this instance's random part, then a count.
+        self._ticket_prefix = secrets.token_hex(6)
         self._tickets = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -212,7 +215,7 @@ class Quotas:
                 return None
             return lambda: self._local.release_now(key.id)
         self._tickets += 1
-        ticket = f"{id(self):x}-{self._tickets}"
+        ticket = f"{self._ticket_prefix}-{self._tickets}"
         try:
             refused, wait_s = await shared.admit(key.id, limits, ticket, self._lease_s)
         except Exception as exc:

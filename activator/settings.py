@@ -53,6 +53,8 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     quota_fallback_s: float = Field(default=5.0, gt=0)
     """After the shared quota counters (the cluster's Redis) fail, how long this activator
     enforces every key's limits on its own before trying them again."""
+    quota_store_timeout_s: float = Field(default=0.25, gt=0)
+    """The most one shared quota check may take before this activator counts on its own."""
     quota_max_keys: int = Field(default=100_000, gt=0)
     """Keys whose quota counters one activator keeps in memory."""
 

@@ -52,7 +52,7 @@ from control_plane.placement import PoolPlacers
 from control_plane.reaper import Reaper
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
-from control_plane.store.factory import open_state_store
+from control_plane.store.factory import open_quota_counters, open_state_store
 from control_plane.worker_client import WorkerClient
 from foundation import serving
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
@@ -312,14 +312,18 @@ class Platform:
         from activator.grpc.server import GrpcListener
         from activator.server import create_server
 
+        counters = open_quota_counters(settings.state_url, timeout_s=settings.quota_store_timeout_s)
         core = ActivatorCore(
             settings,
             store,
             activate,
             f"activator-{socket.gethostname()}-{os.getpid()}",
             lifecycle=self.lifecycle,
+            counters=counters,
         )
         async with contextlib.AsyncExitStack() as stack:
+            if counters is not None:
+                stack.push_async_callback(counters.close)
             await stack.enter_async_context(core.open())
             http = create_server(
                 create_app_on(core),
