@@ -9,6 +9,7 @@ while its stream is open ends its later requests, not the server; a key over a q
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import queue
 import subprocess
@@ -92,6 +93,20 @@ async def create_key(http: httpx.AsyncClient, up: Platform, tokens: list[str], *
     return token
 
 
+async def cli(up: Platform, *args: str) -> subprocess.CompletedProcess[str]:
+    """``zeroserve keys <args>`` against the platform's admin API; must succeed."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "zeroserve.cli", "keys", *args],
+        env={**os.environ, "ZEROSERVE_ADMIN_URL": up.admin, "ZEROSERVE_ADMIN_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
@@ -135,21 +150,19 @@ async def test_keys_on_http_and_tritonclient_http(
     await register(http, up, model_dir)
     await register(http, up, other_dir)
     # One key made as a user would, with the CLI: printed once, on its last line.
-    made = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "zeroserve.cli", "keys", "create", "cli", "--model", "k_*"],
-        env={**os.environ, "ZEROSERVE_ADMIN_URL": up.admin, "ZEROSERVE_ADMIN_TOKEN": TOKEN},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert made.returncode == 0, made.stderr
+    made = await cli(up, "create", "cli", "--model", "k_*")
     full = made.stdout.strip().splitlines()[-1]
     tokens.append(full)
     scoped = await create_key(http, up, tokens, models=["k_mlp"])
     expired = await create_key(http, up, tokens, expires_at=1_000_000.0)
     revoked = await create_key(http, up, tokens)
-    await revoke(http, up, revoked)
+    assert "revoked key" in (await cli(up, "revoke", key_id(revoked))).stdout
+    listed = json.loads((await cli(up, "-o", "json", "ls")).stdout)
+    states = {k["id"]: k["state"] for k in listed}
+    assert states[key_id(revoked)] == "revoked" and states[key_id(expired)] == "expired"
+    assert states[key_id(full)] == states[key_id(scoped)] == "active"
+    table = (await cli(up, "ls")).stdout
+    assert all(secret.rsplit("_", 1)[1] not in table for secret in tokens)
     x = mlp_input(31)
     url = f"{up.public}/v2/models/k_mlp/infer"
 
