@@ -188,3 +188,23 @@ async def test_http_refusals_come_before_the_model_is_looked_up_or_woken():
         assert refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert activate.calls == []
     assert store.get_model_calls == ["mlp"]
+
+
+@pytest.mark.parametrize(
+    ("host", "auth", "warned"),
+    [
+        pytest.param("0.0.0.0", "off", True, id="off-beyond-loopback"),
+        pytest.param("10.1.2.3", "off", True, id="off-on-an-address"),
+        pytest.param("127.0.0.1", "off", False, id="off-on-loopback"),
+        pytest.param("::1", "off", False, id="off-on-ipv6-loopback"),
+        pytest.param("0.0.0.0", "keys", False, id="keys"),
+    ],
+)
+def test_keys_off_beyond_loopback_is_a_loud_warning(
+    host: str, auth: str, warned: bool, caplog: pytest.LogCaptureFixture
+):
+    settings = ActivatorSettings(host=host, auth=auth)  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="activator.core"):
+        create_app(settings, FakeStore(), RecordingActivate(), "act-1")
+    found = [r for r in caplog.records if "API keys are OFF" in r.getMessage()]
+    assert bool(found) == warned
