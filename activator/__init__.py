@@ -1,6 +1,8 @@
 """The public front door: one endpoint for every registered model, awake or not.
 
-Owns the request path in front of the workers: routing by model name (``routes``),
+Owns the request path in front of the workers: API keys and their quotas, checked before
+anything else (``gate``, over the key cache ``keys`` and the counters ``quotas``; on HTTP
+by the ``auth`` middleware), routing by model name (``routes``),
 least-outstanding load balancing over ready replicas (``lb``), the per-model buffer that
 holds requests while a model is activated (``buffer``), the streaming proxy (``proxy``),
 the local view of placements and model names (``placements``), the watch that takes a

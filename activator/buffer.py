@@ -149,6 +149,11 @@ class Buffer:
         """Whether ``model`` has a queue; new requests then join it instead of overtaking."""
         return model in self._queues
 
+    def would_activate(self, model: str) -> bool:
+        """Whether a request for ``model`` now would start an activation: no replica, and
+        no burst already waiting for one."""
+        return model not in self._queues and not self._replicas.replicas(model)
+
     def waiting(self, model: str) -> int:
         """How many requests for ``model`` wait for a replica."""
         queue = self._queues.get(model)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,7 +22,9 @@ from prometheus_client import CollectorRegistry
 
 from activator.access_log import AccessLog
 from activator.buffer import Activate, Buffer
+from activator.gate import Gate
 from activator.health import StallPolicy
+from activator.keys import KeyRing, KeySource
 from activator.lb import Replica
 from activator.metrics import ActivatorMetrics, BufferDepthCollector
 from activator.placements import (
@@ -33,6 +36,7 @@ from activator.placements import (
     ReplicaTable,
 )
 from activator.proxy import Proxy
+from activator.quotas import LocalCounters, Quotas, SharedCounters
 from activator.sequences import SequenceBindings
 from activator.settings import ActivatorSettings
 from activator.traffic import Traffic, TrafficSink
@@ -52,7 +56,16 @@ _WATCH_TICK_S = 0.25
 second, at the cost of summing the routing table's counters."""
 
 
-class ActivatorStore(PlacementSource, ModelSource, TrafficSink, Protocol):
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ActivatorStore(PlacementSource, ModelSource, TrafficSink, KeySource, Protocol):
     """What the activator needs of the state store; ``StateStore`` has all of it."""
 
 
@@ -116,6 +129,8 @@ class CoreParts:
     replica_events: ReplicaEvents
     sequences: SequenceBindings
     """Which replica each live sequence runs on (the requests of a sequence stick to it)."""
+    gate: Gate
+    """API keys and their quotas, for every transport."""
 
 
 class ActivatorCore:
@@ -137,6 +152,8 @@ class ActivatorCore:
         activator_id: names this activator in traffic reports.
         lifecycle: shared with the servers, which mark it stopping on a signal.
         registry: where the activator's metrics live; a new one when None.
+        counters: the quota counters every activator shares (the cluster's Redis); None
+            keeps them in this process only.
     """
 
     def __init__(
@@ -148,6 +165,7 @@ class ActivatorCore:
         *,
         lifecycle: Lifecycle | None = None,
         registry: CollectorRegistry | None = None,
+        counters: SharedCounters | None = None,
     ) -> None:
         self.settings = settings
         self.lifecycle = lifecycle or Lifecycle()
@@ -164,6 +182,32 @@ class ActivatorCore:
         self.metrics = ActivatorMetrics(registry or CollectorRegistry(), observer=self._publisher)
         self.access_log = AccessLog(settings.access_log_format) if settings.access_log else None
         """Where both transports write their access-log lines; None when the log is off."""
+        ring = None
+        if settings.auth == "off" and not _is_loopback(settings.host):
+            logger.warning(
+                "API keys are OFF (auth=off) and the activator listens on %s: anyone who "
+                "reaches it can call every model and start workers. Turn keys on "
+                "(ZEROSERVE_ACTIVATOR_AUTH=keys) unless this network is yours alone.",
+                settings.host,
+            )
+        if settings.auth == "keys":
+            ring = KeyRing(
+                store,
+                ttl_s=settings.key_cache_ttl_s,
+                max_entries=settings.key_cache_max_entries,
+                retry_after_s=settings.retry_after_s,
+                resubscribe_delay_s=settings.resubscribe_delay_s,
+            )
+        self.gate = Gate(
+            ring,
+            Quotas(
+                LocalCounters(max_keys=settings.quota_max_keys),
+                counters,
+                fallback_s=settings.quota_fallback_s,
+                lease_s=settings.activation_timeout_s + settings.upstream_read_timeout_s,
+            ),
+        )
+        """Exists from construction, as the metrics: the HTTP app's middleware takes it."""
         self._parts: CoreParts | None = None
         self._users = 0
         self._stack: contextlib.AsyncExitStack | None = None
@@ -270,6 +314,8 @@ class ActivatorCore:
         ]
         if self._publisher is not None:
             tasks.append(asyncio.create_task(self._publisher.run(), name="activator-cloudwatch"))
+        if self.gate.ring is not None:
+            tasks.append(asyncio.create_task(self.gate.ring.run(), name="activator-keys"))
         depth = BufferDepthCollector(buffer.depths)
         registry = self.metrics.registry
         registry.register(depth)  # unregistered below: the core may be opened again
@@ -287,6 +333,7 @@ class ActivatorCore:
                 proxy=proxy,
                 replica_events=events,
                 sequences=sequences,
+                gate=self.gate,
             )
         finally:
             self.lifecycle.is_stopping = True
@@ -298,6 +345,7 @@ class ActivatorCore:
             view.close()
             await traffic.flush()
             await pool.aclose()
+            await self.gate.quotas.close()
             if self._publisher is not None:
                 await self._publisher.close()
             registry.unregister(depth)

@@ -56,9 +56,10 @@ _HOP_BY_HOP = frozenset(
 )
 """Headers that describe one connection, not the message (RFC 9110 section 7.6.1)."""
 
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect", b"content-length"}
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect", b"content-length", b"authorization"}
 """Also kept from the worker: ``Host`` names the activator, the activator's server has
-already answered ``Expect: 100-continue``, and the pool writes the body's length itself."""
+already answered ``Expect: 100-continue``, the pool writes the body's length itself, and
+the caller's API key is the activator's to check (a worker never sees, or logs, it)."""
 
 
 _WHOLE_ANSWER_MAX_BYTES = 1 << 20
@@ -107,6 +108,10 @@ class Proxy:
         self._activation_timeout_s = activation_timeout_s
         self._retry_after_s = retry_after_s
         self._sequences = sequences
+
+    def would_activate(self, model: str) -> bool:
+        """Whether a request for ``model`` now would start an activation."""
+        return self._buffer.would_activate(model)
 
     async def forward(
         self, model: str, scope: Scope, receive: Receive, body: bytes

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -40,6 +40,24 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     one idle longest is closed to make room."""
     state_url: str = "memory://"
     """Where the control plane keeps its state: ``redis://...`` in a cluster."""
+
+    auth: Literal["keys", "off"] = "keys"
+    """``keys``: every model request needs an API key (``Authorization: Bearer <key>``;
+    health, server metadata and ``/metrics`` stay open). ``off`` serves anyone, unlimited:
+    only for a machine nobody else reaches (it is logged as a warning beyond loopback)."""
+    key_cache_ttl_s: float = Field(default=30.0, gt=0)
+    """How long a looked-up API key is trusted without the store. Revocations reach every
+    activator at once through the store's events; this bounds staleness should those fail."""
+    key_cache_max_entries: int = Field(default=10_000, gt=0)
+    """Bound on remembered key ids (unknown ones included, so made-up keys cannot grow
+    memory)."""
+    quota_fallback_s: float = Field(default=5.0, gt=0)
+    """After the shared quota counters (the cluster's Redis) fail, how long this activator
+    enforces every key's limits on its own before trying them again."""
+    quota_store_timeout_s: float = Field(default=0.25, gt=0)
+    """The most one shared quota check may take before this activator counts on its own."""
+    quota_max_keys: int = Field(default=100_000, gt=0)
+    """Keys whose quota counters one activator keeps in memory."""
 
     buffer_max_requests: int = Field(default=1000, gt=0)
     """Requests one model may have waiting for a replica; one more is answered 429."""

@@ -222,9 +222,12 @@ def model_counts(port: int, model: str) -> ModelCounts:
     return ModelCounts(int(stats["inference_count"]), int(stats["execution_count"]))
 
 
-def infer_once(port: int, model: str, body: RequestBody) -> np.ndarray:
-    """Post ``body`` once and decode ``OUTPUT0``; raises unless the answer is a 200."""
-    headers = {"Content-Type": body.content_type}
+def infer_once(
+    port: int, model: str, body: RequestBody, *, extra_headers: dict[str, str] | None = None
+) -> np.ndarray:
+    """Post ``body`` once (with ``extra_headers``) and decode ``OUTPUT0``; raises unless the
+    answer is a 200."""
+    headers = {"Content-Type": body.content_type, **(extra_headers or {})}
     if body.header_length is not None:
         headers["Inference-Header-Content-Length"] = str(body.header_length)
     status, answer_headers, payload = request(

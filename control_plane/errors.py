@@ -7,6 +7,7 @@
         │   └── InvalidRegistrationError  the stored model is one no worker could load
         ├── UnauthorizedError         missing or wrong admin token
         ├── ModelNotFoundError        no model registered under this name
+        ├── KeyNotFoundError          no API key with this id
         ├── ConflictError             the state says otherwise (name taken)
         │   ├── ModelExistsError
         │   └── StoreConflictError    (store.base) the store's own create/update clash
@@ -44,6 +45,7 @@ __all__ = [
     "ControlPlaneUnavailableError",
     "InvalidInputError",
     "InvalidRegistrationError",
+    "KeyNotFoundError",
     "LoadFailedError",
     "ModelExistsError",
     "ModelNotFoundError",
@@ -96,6 +98,14 @@ class ModelNotFoundError(ControlPlaneError):
     def __init__(self, *, model: str) -> None:
         super().__init__(f"model '{model}' is not registered")
         self.model = model
+
+
+class KeyNotFoundError(ControlPlaneError):
+    """No API key has the public id ``key_id``."""
+
+    def __init__(self, *, key_id: str) -> None:
+        super().__init__(f"no API key with id '{key_id}'")
+        self.key_id = key_id
 
 
 class ConflictError(ControlPlaneError):

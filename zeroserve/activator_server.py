@@ -37,7 +37,7 @@ def serve(settings: ActivatorSettings, activator_id: str) -> int:
 
 async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
     # Imported here: a cluster store pulls in its client library only when it is used.
-    from control_plane.store.factory import open_state_store
+    from control_plane.store.factory import open_quota_counters, open_state_store
 
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -45,11 +45,21 @@ async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
         except ValueError as exc:
             raise SystemExit(f"activator: {exc}") from None
         stack.push_async_callback(store.close)
+        counters = open_quota_counters(settings.state_url, timeout_s=settings.quota_store_timeout_s)
+        if counters is not None:
+            stack.push_async_callback(counters.close)
         lifecycle = Lifecycle()
         # One core for both endpoints: each listener opens it, and the last to stop (HTTP,
         # started first) fails what still waits in the buffer.
         activate = StoreActivate.from_settings(store, settings)
-        core = ActivatorCore(settings, store, activate, activator_id, lifecycle=lifecycle)
+        core = ActivatorCore(
+            settings,
+            store,
+            activate,
+            activator_id,
+            lifecycle=lifecycle,
+            counters=counters,
+        )
         listeners: list[AbstractAsyncContextManager[object]] = [
             create_server(create_app_on(core), settings, bind_socket(settings.host, settings.port))
         ]

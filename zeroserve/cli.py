@@ -304,7 +304,15 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     _platform_arguments(up)
     up.add_argument(
-        "--demo", action="store_true", help="register a generated demo model (scaled to zero)"
+        "--demo",
+        action="store_true",
+        help="register a generated demo model (scaled to zero) and create an API key for it",
+    )
+    up.add_argument(
+        "--auth",
+        choices=["keys", "off"],
+        default=None,
+        help="keys (default): model endpoints need an API key; off: anyone may call them",
     )
     up.set_defaults(handler=_up)
 
@@ -332,6 +340,8 @@ def _up(args: argparse.Namespace) -> int:
             overrides["port"] = args.port
         if args.grpc_port is not None:
             overrides["grpc_port"] = args.grpc_port
+        if args.auth is not None:
+            overrides["auth"] = args.auth
         activator_settings = ActivatorSettings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         print(f"zeroserve up: invalid settings:\n{exc}", file=sys.stderr)
@@ -411,6 +421,12 @@ def _activator_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--grpc-port", type=int, default=None, help="public gRPC port; 0, the default, serves none"
     )
     parser.add_argument(
+        "--auth",
+        choices=["keys", "off"],
+        default=None,
+        help="keys (default): model endpoints need an API key; off: anyone may call them",
+    )
+    parser.add_argument(
         "--activator-id",
         default=None,
         help="this activator's name among the others (default: <hostname>-<pid>)",
@@ -435,6 +451,7 @@ def _activator(args: argparse.Namespace) -> int:
             ("host", args.host),
             ("port", args.port),
             ("grpc_port", args.grpc_port),
+            ("auth", args.auth),
         )
         if value is not None
     }
@@ -833,6 +850,86 @@ Run `zeroserve COMMAND --help` for a command's options.
 """
 
 
+def _keys_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    keys = sub.add_parser(
+        "keys",
+        help="manage API keys for the model endpoints",
+        description="Create, list, show and revoke the API keys callers send as "
+        "`Authorization: Bearer <key>` (gRPC: `authorization` metadata). A key is shown once, "
+        "when it is created; the platform keeps only its hash.",
+    )
+    admin_options(keys)
+    keys.add_argument(
+        "--log-level",
+        default="warning",
+        help="how much the command logs: debug, info, warning or error",
+    )
+    actions = keys.add_subparsers(dest="action", required=True)
+    create = actions.add_parser("create", help="create a key (printed once, never again)")
+    create.add_argument("name", help="a label for whoever gets the key")
+    create.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a model (or shell pattern, e.g. 'resnet-*') the key may call; repeat for "
+        "several; default: every model",
+    )
+    create.add_argument(
+        "--expires-in",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the key stops working this many seconds from now (default: never)",
+    )
+    create.add_argument("--rps", type=float, default=None, help="requests per second")
+    create.add_argument("--burst", type=int, default=None, help="requests at once (with --rps)")
+    create.add_argument("--max-in-flight", type=int, default=None, help="requests at once")
+    create.add_argument(
+        "--activations-per-hour", type=int, default=None, help="cold starts it may trigger"
+    )
+    admin_options(create, nested=True)
+    admin_options(actions.add_parser("ls", help="list keys (never their secrets)"), nested=True)
+    for action, text in (("show", "one key"), ("revoke", "revoke a key on every activator")):
+        parser = actions.add_parser(action, help=text)
+        parser.add_argument("key_id", help="the key's public id (zeroserve keys ls)")
+        admin_options(parser, nested=True)
+    keys.set_defaults(handler=_keys)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from control_plane.api.client import run_keys
+
+    settings = admin_settings(args, f"zeroserve keys {args.action}")
+    if settings is None:
+        return 2
+    body: dict[str, object] | None = None
+    if args.action == "create":
+        limits = {
+            field: getattr(args, option)
+            for option, field in (
+                ("rps", "requests_per_s"),
+                ("burst", "burst"),
+                ("max_in_flight", "max_in_flight"),
+                ("activations_per_hour", "activations_per_hour"),
+            )
+            if getattr(args, option) is not None
+        }
+        body = {"name": args.name, "models": args.models or ["*"], "limits": limits}
+        if args.expires_in is not None:
+            body["expires_in_s"] = args.expires_in
+    return run_keys(
+        args.action,
+        settings,
+        key_id=getattr(args, "key_id", None),
+        body=body,
+        output=args.output,
+        out=sys.stdout,
+        err=sys.stderr,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zeroserve",
@@ -847,6 +944,7 @@ def build_parser() -> argparse.ArgumentParser:
     _activator_parser(sub)
     _models_parser(sub)
     _login_parser(sub)
+    _keys_parser(sub)
     from zeroserve.bench.args import add_bench_parser
 
     add_bench_parser(sub).set_defaults(handler=_bench)

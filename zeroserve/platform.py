@@ -55,7 +55,7 @@ from control_plane.reaper import Reaper
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreUnavailableError
-from control_plane.store.factory import open_state_store
+from control_plane.store.factory import open_quota_counters, open_state_store
 from control_plane.store.sqlite import SqliteStateStore
 from control_plane.worker_client import WorkerClient
 from control_plane.worker_metrics import WorkerMetrics
@@ -166,6 +166,7 @@ class Platform:
         self._knative = knative
         self._on_started = on_started
         self._backend: PodBackend | None = None
+        self._demo_key: str | None = None
         self.lifecycle = Lifecycle()
         """The public server's: readiness fails once the platform is stopping."""
 
@@ -353,14 +354,18 @@ class Platform:
         from activator.grpc.server import GrpcListener
         from activator.server import create_server
 
+        counters = open_quota_counters(settings.state_url, timeout_s=settings.quota_store_timeout_s)
         core = ActivatorCore(
             settings,
             store,
             activate,
             f"activator-{socket.gethostname()}-{os.getpid()}",
             lifecycle=self.lifecycle,
+            counters=counters,
         )
         async with contextlib.AsyncExitStack() as stack:
+            if counters is not None:
+                stack.push_async_callback(counters.close)
             await stack.enter_async_context(core.open())
             http = create_server(
                 create_app_on(core),
@@ -415,6 +420,12 @@ class Platform:
         )
         with contextlib.suppress(ModelExistsError):
             await service.register(body)
+        activator = self._activator_settings
+        if activator is not None and activator.auth == "keys":
+            from control_plane.keys import KeyService
+
+            # A key for the demo model only: what the banner's curl line sends.
+            self._demo_key, _ = await KeyService(service.store).create("demo", models=(DEMO_MODEL,))
 
     def _banner(self, admin: str, endpoints: _PublicEndpoints | None) -> None:
         lines = [f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})"]
@@ -426,9 +437,13 @@ class Platform:
             if self._demo:
                 from data_plane.demo import DEMO_MODEL
 
+                auth = ""
+                if self._demo_key is not None:
+                    # The demo key (for the demo model only) is shown here, once.
+                    auth = f' -H "Authorization: Bearer {self._demo_key}"'
                 lines.append(
                     f"demo model '{DEMO_MODEL}' registered (scaled to zero); try:\n"
-                    f"  curl -s -X POST {public}/v2/models/{DEMO_MODEL}/infer"
+                    f"  curl -s -X POST {public}/v2/models/{DEMO_MODEL}/infer{auth}"
                     ' -d \'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],'
                     '"data":[1,2,3,4]}]}\''
                 )

@@ -29,13 +29,14 @@ __all__ = ["UnaryForward", "forwarded_metadata"]
 
 
 def forwarded_metadata(metadata: Iterable[tuple[str, Any]] | None) -> Metadata:
-    """The client's metadata to pass on: all of it but gRPC's own per-hop keys, with the
-    call's ``x-request-id`` (the access log's, else the client's usable one, else a new
-    one) in place of the client's."""
+    """The client's metadata to pass on: all of it but gRPC's own per-hop keys and the
+    caller's API key (the activator's to check and no worker's to see), with the call's
+    ``x-request-id`` (the access log's, else the client's usable one, else a new one) in
+    place of the client's."""
     request_id = current_request_id()
     kept: list[tuple[str, Any]] = []
     for key, value in metadata or ():
-        if key == "user-agent" or key.startswith(("grpc-", ":")):
+        if key in ("user-agent", "authorization") or key.startswith(("grpc-", ":")):
             continue
         if key == request_ids.METADATA_KEY:
             if request_id is None and isinstance(value, str) and request_ids.is_usable(value):

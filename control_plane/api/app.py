@@ -18,6 +18,7 @@ from control_plane.api.auth import BearerAuth
 from control_plane.api.openapi import openapi_document
 from control_plane.api.service import AdminService
 from control_plane.errors import ConflictError, ControlPlaneUnavailableError
+from control_plane.keys import KeyService
 from control_plane.store.base import StoreConflictError
 from control_plane.store.errors import StoreUnavailableError
 from foundation.errors import ZeroserveError
@@ -40,6 +41,7 @@ class AdminState(TypedDict):
     """What the lifespan hands to every request (``request.state.<key>``)."""
 
     service: AdminService
+    keys: KeyService
     registry: CollectorRegistry
     acting: Acting
     allowed_storage: tuple[str, ...]
@@ -67,12 +69,15 @@ def create_app(
     allowed_storage: Sequence[str],
     allow_model_code: bool = False,
     worker_metrics: WorkerMetricsSource | None = None,
+    keys: KeyService | None = None,
 ) -> Starlette:
     """The admin app over ``service``; every ``/admin/v1`` path but the OpenAPI document
     needs ``Authorization: Bearer <token>``. ``/metrics`` and ``/healthz`` are open (the
     admin port binds to loopback unless told otherwise). ``allow_model_code`` False refuses
     registrations whose backend, platform or config make the model code. ``worker_metrics``,
-    where given, adds the workers' families to ``/metrics`` after the registry's."""
+    where given, adds the workers' families to ``/metrics`` after the registry's. ``keys``
+    manages the API keys (``/admin/v1/keys``); by default over the service's store."""
+    key_service = keys or KeyService(service.store)
     document = openapi_document()
 
     @contextlib.asynccontextmanager
@@ -80,6 +85,7 @@ def create_app(
         try:
             yield AdminState(
                 service=service,
+                keys=key_service,
                 registry=registry,
                 acting=acting,
                 allowed_storage=tuple(allowed_storage),

@@ -6,6 +6,7 @@ sets below are what the tables show (json and yaml print every field the API ret
 
 from __future__ import annotations
 
+import time
 from typing import Any, TextIO
 from urllib.parse import quote
 
@@ -14,7 +15,7 @@ import httpx
 from control_plane.settings import AdminClientSettings
 from foundation.output import Column, emit, human_duration
 
-__all__ = ["AdminApiError", "AdminClient", "run"]
+__all__ = ["AdminApiError", "AdminClient", "run", "run_keys"]
 
 
 class AdminApiError(Exception):
@@ -239,3 +240,81 @@ _WORKER_COLUMNS = (
 """``zeroserve models workers``: one row per worker."""
 
 _DELETED_FIELDS = (Column("NAME", "name"), Column("DELETED", "deleted"))
+
+
+def _limits(key: dict[str, Any]) -> str:
+    limits = ", ".join(f"{k}={v:g}" for k, v in key["limits"].items() if v is not None)
+    return limits or "-"
+
+
+def _expires(key: dict[str, Any]) -> str:
+    expires = key.get("expires_at")
+    if not expires:
+        return "never"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires))
+
+
+_KEY_COLUMNS = (
+    Column("ID", "id"),
+    Column("NAME", "name"),
+    Column("STATE", "state"),
+    Column("MODELS", lambda key: ",".join(key["models"])),
+    Column("LIMITS", _limits),
+    Column("EXPIRES", _expires),
+)
+"""``zeroserve keys``: one row per key (never the key itself, which only ``create`` shows)."""
+
+
+def run_keys(
+    command: str,
+    settings: AdminClientSettings,
+    *,
+    key_id: str | None = None,
+    body: dict[str, Any] | None = None,
+    output: str = "table",
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """Run one ``zeroserve keys`` command; the process exit status. ``create`` prints the
+    new key once (it is never shown again); nothing else ever prints a key."""
+    where = f"zeroserve keys {command}"
+    if settings.token is None:
+        print(f"{where}: no admin token for {settings.url}: {_LOGIN_ADVICE}", file=err)
+        return 2
+    client = AdminClient(settings)
+    path = f"/keys/{quote(key_id or '', safe='')}"
+    try:
+        if command == "create":
+            created = client.call("POST", "/keys", body)
+            if output == "table":
+                print(
+                    f"created key {created['id']} ({created['name']}); it is shown this once:\n"
+                    f"{created['key']}",
+                    file=out,
+                )
+            else:
+                emit(created, _KEY_COLUMNS, output, out=out)
+        elif command == "ls":
+            emit(client.call("GET", "/keys"), _KEY_COLUMNS, output, items="keys", out=out)
+        elif command == "show":
+            emit(client.call("GET", path), _KEY_COLUMNS, output, out=out)
+        elif command == "revoke":
+            emit(client.call("POST", f"{path}/revoke"), _KEY_COLUMNS, output, out=out)
+        else:
+            raise ValueError(f"unknown command {command!r}")
+    except AdminApiError as exc:
+        advice = f": {_LOGIN_ADVICE}" if exc.status == 401 else ""
+        if exc.status == 404:
+            advice = ": see `zeroserve keys ls` for the keys"
+        print(f"{where}: {exc}{advice}", file=err)
+        return 1
+    except httpx.HTTPError as exc:
+        print(
+            f"{where}: cannot reach {settings.url}: {exc}. Pass --url, or run "
+            "`zeroserve login --url URL`",
+            file=err,
+        )
+        return 1
+    finally:
+        client.close()
+    return 0

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from control_plane.api import schemas
+from control_plane.api import keys, schemas
 
 __all__ = ["openapi_document"]
 
@@ -16,7 +16,7 @@ _REF = "#/components/schemas/{model}"
 _ERRORS = {
     "400": "Malformed JSON",
     "401": "Missing or wrong admin token",
-    "404": "No such model",
+    "404": "No such model (or key)",
     "409": "The model exists already, or changed meanwhile",
     "422": "A field fails validation (`fields` names it), or the stored model is one no "
     "worker could load (the worker's words for it)",
@@ -43,6 +43,7 @@ def _operation(
     errors: tuple[str, ...] = ("401",),
     name_param: bool = False,
     dry_run: bool = False,
+    key_param: bool = False,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "responses": dict(responses)}
     for status in errors:
@@ -67,6 +68,10 @@ def _operation(
                 "schema": {"type": "boolean", "default": False},
             }
         )
+    if key_param:
+        parameters.append(
+            {"name": "key_id", "in": "path", "required": True, "schema": {"type": "string"}}
+        )
     if parameters:
         operation["parameters"] = parameters
     return operation
@@ -83,6 +88,10 @@ def openapi_document() -> dict[str, Any]:
             (schemas.Activations, "serialization"),
             (schemas.WorkerList, "serialization"),
             (schemas.ErrorBody, "serialization"),
+            (keys.KeyCreate, "validation"),
+            (keys.KeyCreated, "serialization"),
+            (keys.KeyView, "serialization"),
+            (keys.KeyList, "serialization"),
         ],
         ref_template=_REF,
     )
@@ -154,13 +163,44 @@ def openapi_document() -> dict[str, Any]:
                 {"200": _json(schemas.WorkerList, "Every worker")},
             )
         },
+        "/admin/v1/keys": {
+            "get": _operation(
+                "List API keys (never their secrets)",
+                {"200": _json(keys.KeyList, "Every key, revoked ones included")},
+            ),
+            "post": _operation(
+                "Create an API key for the model endpoints",
+                {"201": _json(keys.KeyCreated, "Created; the key is shown this once")},
+                body=keys.KeyCreate,
+                errors=("400", "401", "422"),
+            ),
+        },
+        "/admin/v1/keys/{key_id}": {
+            "get": _operation(
+                "An API key (without its secret)",
+                {"200": _json(keys.KeyView, "The key")},
+                errors=item,
+                key_param=True,
+            )
+        },
+        "/admin/v1/keys/{key_id}/revoke": {
+            "post": _operation(
+                "Revoke an API key (every activator refuses it within a second)",
+                {"200": _json(keys.KeyView, "Revoked")},
+                errors=item,
+                key_param=True,
+            )
+        },
     }
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "zeroserve admin API",
             "version": "1",
-            "description": "Register models, control their replicas, read cold-start timelines.",
+            "description": (
+                "Register models, control their replicas, read cold-start timelines, "
+                "manage API keys."
+            ),
         },
         "paths": paths,
         "components": {

@@ -11,13 +11,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from control_plane.api import schemas
+from control_plane.api import keys, schemas
+from control_plane.api.bodies import read_json
 from control_plane.api.service import AdminService
 from control_plane.errors import InvalidInputError
 
 __all__ = ["routes"]
 
-_MAX_BODY_BYTES = 4 * 2**20
 _T = TypeVar("_T", bound=BaseModel)
 
 
@@ -35,18 +35,7 @@ def _view(model: BaseModel, status: int = 200) -> Response:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > _MAX_BODY_BYTES:
-            raise InvalidInputError(f"the request body is larger than {_MAX_BODY_BYTES} bytes")
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInputError(f"malformed JSON in the request body: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidInputError("the request body must be a JSON object")
-    return doc
+    return await read_json(request)
 
 
 def _validate(model: type[_T], doc: dict[str, Any], request: Request) -> _T:
@@ -143,6 +132,7 @@ routes = [
     Route("/admin/v1/models/{name}/unload", unload_model, methods=["POST"]),
     Route("/admin/v1/models/{name}/activations", model_activations, methods=["GET"]),
     Route("/admin/v1/workers", list_workers, methods=["GET"]),
+    *keys.routes,
     Route("/metrics", metrics, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),
 ]

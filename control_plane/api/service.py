@@ -98,6 +98,11 @@ class AdminService:
         self._reloads: dict[str, asyncio.Task[None]] = {}
         """model -> its reload after an update, which an unload or delete waits for."""
 
+    @property
+    def store(self) -> StateStore:
+        """The state store the service works on."""
+        return self._store
+
     # ---- models ----
 
     async def register(

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from control_plane.errors import ConflictError
+from foundation.keys import ApiKeyRecord
 from foundation.records import (
     FirstResponse,
     ModelRecord,
@@ -137,6 +138,30 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     async def list_activations(self, model: str) -> list[dict[str, Any]]:
         """Newest first."""
+
+    # ---- API keys (read by every activator; revocations published) ----
+    @abc.abstractmethod
+    async def create_key(self, record: ApiKeyRecord) -> None:
+        """Store a new key; raises StoreConflictError if its id exists."""
+
+    @abc.abstractmethod
+    async def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        """The key with this public id, revoked ones included; None if there is none."""
+
+    @abc.abstractmethod
+    async def list_keys(self) -> list[ApiKeyRecord]:
+        """Every key, revoked ones included, sorted by id."""
+
+    @abc.abstractmethod
+    async def revoke_key(self, key_id: str, *, revoked_at: float) -> ApiKeyRecord | None:
+        """Mark the key revoked at ``revoked_at`` (a key revoked before keeps its first
+        time) and publish its id to revocation subscribers; the record after, or None when
+        there is no such key."""
+
+    @abc.abstractmethod
+    def subscribe_key_revocations(self) -> AsyncIterator[str]:
+        """Ids of keys as they are revoked. Starts with ``foundation.keys.ALL_KEYS`` (and
+        yields it again after a reconnect or an overflow): forget every cached key."""
 
     # ---- lease: only one control plane acts ----
     @abc.abstractmethod

@@ -3,13 +3,28 @@ for a cluster."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from control_plane.store.base import StateStore
 from control_plane.store.memory import MemoryStateStore
 from control_plane.store.sqlite import SqliteStateStore, sqlite_path
 
-__all__ = ["open_state_store"]
+if TYPE_CHECKING:
+    from control_plane.store.redis.quotas import RedisQuotaCounters
+
+__all__ = ["open_quota_counters", "open_state_store"]
+
+
+def open_quota_counters(url: str, *, timeout_s: float) -> RedisQuotaCounters | None:
+    """The API keys' quota counters every activator shares, for a store URL that names a
+    shared store (Redis); None for a store of one process, whose activator counts alone.
+    Connects lazily; the caller closes it."""
+    if urlsplit(url).scheme not in ("redis", "rediss"):
+        return None
+    from control_plane.store.redis.quotas import RedisQuotaCounters
+
+    return RedisQuotaCounters(url, timeout_s=timeout_s)
 
 
 def open_state_store(

@@ -34,6 +34,7 @@ import orjson
 from control_plane.store.base import StateStore, StoreConflictError
 from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.memory import MemoryStateStore
+from foundation.keys import ApiKeyRecord
 from foundation.records import (
     FirstResponse,
     ModelRecord,
@@ -54,6 +55,8 @@ SCHEMA_VERSION = 1
 
 _MODEL = "model"
 """The kind of a model registration in the ``records`` table."""
+_KEY = "key"
+"""The kind of an API key (its public id, hash and scope; never the key) in ``records``."""
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, id TEXT NOT NULL, "
@@ -276,6 +279,50 @@ class SqliteStateStore(StateStore):
 
     async def traffic(self, model: str) -> list[TrafficReport]:
         return await self._live.traffic(model)
+
+    # ---- API keys (kept in the file; revocations told through the live part) ----
+    async def create_key(self, record: ApiKeyRecord) -> None:
+        if not await self._insert(_KEY, record.id, record.to_json(), "create_key"):
+            raise StoreConflictError(f"key {record.id!r} already exists")
+
+    async def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        doc = await self._get(_KEY, key_id, "get_key")
+        return None if doc is None else ApiKeyRecord.from_json(doc)
+
+    async def list_keys(self) -> list[ApiKeyRecord]:
+        return [ApiKeyRecord.from_json(doc) for doc in await self._list(_KEY, "list_keys")]
+
+    async def revoke_key(self, key_id: str, *, revoked_at: float) -> ApiKeyRecord | None:
+        def revoke(db: sqlite3.Connection) -> dict[str, Any] | None:
+            with _transaction(db):
+                row = db.execute(
+                    "SELECT body FROM records WHERE kind = ? AND id = ?", (_KEY, key_id)
+                ).fetchone()
+                if row is None:
+                    return None
+                doc = _document(bytes(row[0]))
+                # A key revoked before keeps its first revocation time.
+                if doc.get("revoked_at") is None:
+                    doc["revoked_at"] = revoked_at
+                    db.execute(
+                        "UPDATE records SET body = ? WHERE kind = ? AND id = ?",
+                        (orjson.dumps(doc), _KEY, key_id),
+                    )
+                return doc
+
+        doc = await self._run("revoke_key", revoke)
+        if doc is None:
+            return None
+        record = ApiKeyRecord.from_json(doc)
+        # The live part publishes revocations of the keys it holds: give it this one (it may
+        # have been created before a restart), then revoke it there to tell subscribers.
+        with contextlib.suppress(StoreConflictError):
+            await self._live.create_key(record)
+        await self._live.revoke_key(key_id, revoked_at=revoked_at)
+        return record
+
+    def subscribe_key_revocations(self) -> AsyncIterator[str]:
+        return self._live.subscribe_key_revocations()
 
     async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:
         return await self._live.try_acquire_lease(holder, ttl_s)

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _settings(**overrides: object) -> ActivatorSettings:
-    return ActivatorSettings(startup_sync_timeout_s=5.0).model_copy(update=overrides)
+    return ActivatorSettings(startup_sync_timeout_s=5.0, auth="off").model_copy(update=overrides)
 
 
 def test_the_state_store_is_an_activator_store() -> None:

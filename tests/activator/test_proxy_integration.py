@@ -66,7 +66,9 @@ def worker(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 async def _activator(
     store: ActivatorStore, activate: Activate, **overrides: object
 ) -> AsyncIterator[httpx.AsyncClient]:
-    settings = ActivatorSettings(startup_sync_timeout_s=10.0).model_copy(update=overrides)
+    settings = ActivatorSettings(startup_sync_timeout_s=10.0, auth="off").model_copy(
+        update=overrides
+    )
     app = create_app(settings, store, activate, "act-test")
     async with (
         serve_app(app, settings) as url,

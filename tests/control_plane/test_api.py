@@ -131,6 +131,9 @@ async def test_openapi_metrics_and_health_need_no_token(api: Api):
         "/admin/v1/models/{name}/unload",
         "/admin/v1/models/{name}/activations",
         "/admin/v1/workers",
+        "/admin/v1/keys",
+        "/admin/v1/keys/{key_id}",
+        "/admin/v1/keys/{key_id}/revoke",
     }
     create = doc["paths"]["/admin/v1/models"]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"] == {

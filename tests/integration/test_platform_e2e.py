@@ -162,6 +162,8 @@ def start_platform(
         "ZEROSERVE_ACTIVATOR_BUFFER_MAX_REQUESTS": str(BUFFER_MAX),
         # Its own default state file: platforms of one test run at once.
         "XDG_DATA_HOME": str(tmp_path / f"{name}-data"),
+        # Keys are tested on their own (test_keys_e2e); these tests are about the rest.
+        "ZEROSERVE_ACTIVATOR_AUTH": "off",
         **env,
     }
     with log_path.open("wb") as log:

@@ -12,10 +12,12 @@ Layout, every key under ``key_prefix`` (``zeroserve:`` by default):
     traffic:<model>             hash   activator id -> TrafficReport JSON
     traffic-expiry:<model>      zset   activator id -> when that report lapses (server ms)
     lease                       string the acting control plane's holder id, with a PX ttl
+    keys                        hash   API key id -> ApiKeyRecord JSON (a secret's hash only)
 
     events:placements           channel  {"kind": "added"|"removed", "placement": {...}}
     events:activations          channel  model name
     events:first-responses      channel  FirstResponse JSON
+    events:key-revocations      channel  a revoked key's id
 
 All placements share one hash: there are hundreds at most, and removing a worker's or a
 model's placements is then one atomic scan of one key.
@@ -50,6 +52,8 @@ class Keys:
         self.placement_channel = prefix + "events:placements"
         self.activation_channel = prefix + "events:activations"
         self.first_response_channel = prefix + "events:first-responses"
+        self.api_keys = prefix + "keys"
+        self.key_revocation_channel = prefix + "events:key-revocations"
 
     def timeline(self, model: str) -> str:
         return f"{self.prefix}timeline:{model}"
@@ -241,6 +245,14 @@ end
 return 0
 """
 
+# KEYS: keys. ARGV: id, revoked record JSON, channel. -> 1 stored and published, 0 absent.
+_REVOKE_KEY = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1
+"""
+
 # KEYS: lease. ARGV: holder. Deletes only the holder's own lease.
 _RELEASE_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -268,3 +280,4 @@ class Scripts:
         self.traffic = register(_TRAFFIC)
         self.renew_lease = register(_RENEW_LEASE)
         self.release_lease = register(_RELEASE_LEASE)
+        self.revoke_key = register(_REVOKE_KEY)

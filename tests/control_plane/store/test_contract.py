@@ -16,6 +16,7 @@ import pytest
 
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreConflictError, StoreUnavailableError
+from foundation.keys import ALL_KEYS, ApiKeyRecord, KeyLimits
 from foundation.records import (
     FirstResponse,
     ModelFailure,
@@ -582,6 +583,66 @@ async def test_lease_ttl_must_be_positive(store: StateStore):
         await store.try_acquire_lease("cp-1", ttl_s=0)
 
 
+# ---- API keys ----
+
+
+def api_key(key_id: str = "0123456789ab", **changes: Any) -> ApiKeyRecord:
+    fields: dict[str, Any] = {
+        "id": key_id,
+        "name": f"team-{key_id}",
+        "secret_sha256": "ab" * 32,
+        "models": ("mlp", "resnet-*"),
+        "limits": KeyLimits(requests_per_s=2.5, burst=5, max_in_flight=3, activations_per_hour=4),
+        "created_at": 1_700_000_000.25,
+        "expires_at": 1_800_000_000.5,
+    }
+    fields.update(changes)
+    return ApiKeyRecord(**fields)
+
+
+async def test_a_key_round_trips_and_its_id_is_unique(store: StateStore):
+    record = api_key()
+    await store.create_key(record)
+    assert await store.get_key(record.id) == record
+    assert await store.get_key("ffffffffffff") is None
+    with pytest.raises(StoreConflictError):
+        await store.create_key(api_key(name="another"))
+    unlimited = api_key("a0a0a0a0a0a0", models=("*",), limits=KeyLimits(), expires_at=None)
+    await store.create_key(unlimited)
+    assert await store.list_keys() == [record, unlimited]
+
+
+async def test_revoking_keeps_the_record_marked_and_its_first_time(store: StateStore):
+    await store.create_key(api_key())
+    revoked = await store.revoke_key(api_key().id, revoked_at=1_750_000_000.0)
+    assert revoked == api_key(revoked_at=1_750_000_000.0)
+    assert await store.get_key(api_key().id) == revoked
+    again = await store.revoke_key(api_key().id, revoked_at=1_760_000_000.0)
+    assert again is not None and again.revoked_at == 1_750_000_000.0
+    assert await store.revoke_key("ffffffffffff", revoked_at=1.0) is None
+    assert await store.list_keys() == [revoked]
+
+
+async def test_revocations_reach_every_subscriber_after_all_keys(store: StateStore):
+    first = store.subscribe_key_revocations()
+    second = store.subscribe_key_revocations()
+    try:
+        assert await next_of(first) == ALL_KEYS
+        assert await next_of(second) == ALL_KEYS
+        await store.create_key(api_key())
+        await store.create_key(api_key("bbbbbbbbbbbb"))
+        await store.revoke_key("bbbbbbbbbbbb", revoked_at=5.0)
+        await store.revoke_key(api_key().id, revoked_at=6.0)
+        # A revocation of an unknown id publishes nothing.
+        await store.revoke_key("cccccccccccc", revoked_at=7.0)
+        for events in (first, second):
+            assert await next_of(events) == "bbbbbbbbbbbb"
+            assert await next_of(events) == api_key().id
+    finally:
+        await aclose(first)
+        await aclose(second)
+
+
 # ---- close ----
 
 
@@ -598,8 +659,10 @@ async def test_close_ends_open_and_new_subscriptions(store: StateStore):
     placements = store.subscribe_placements()
     requests = store.subscribe_activation_requests()
     reports = store.subscribe_first_responses()
+    revocations = store.subscribe_key_revocations()
     try:
         assert await next_of(placements) == RESYNC
+        assert await next_of(revocations) == ALL_KEYS
         await store.request_activation("mlp")
         assert await next_of(requests) == "mlp"
         await store.report_first_response(first_response())
@@ -622,7 +685,14 @@ async def test_close_ends_open_and_new_subscriptions(store: StateStore):
             await next_of(store.subscribe_placements())
         with pytest.raises(StopAsyncIteration):
             await next_of(store.subscribe_first_responses())
+        with pytest.raises(StopAsyncIteration):
+            await next_of(revocations)
+        with pytest.raises(StopAsyncIteration):
+            await next_of(store.subscribe_key_revocations())
+        with pytest.raises(StoreUnavailableError):
+            await store.get_key(api_key().id)
     finally:
+        await aclose(revocations)
         await aclose(placements)
         await aclose(requests)
         await aclose(reports)
