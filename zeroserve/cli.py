@@ -482,7 +482,16 @@ def build_parser() -> argparse.ArgumentParser:
     from zeroserve.bench.args import add_bench_parser
 
     add_bench_parser(sub).set_defaults(handler=_bench)
+    from zeroserve.simulate import add_simulate_parser
+
+    add_simulate_parser(sub).set_defaults(handler=_simulate)
     return parser
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from zeroserve.simulate import main
+
+    return main(args)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -35,6 +36,7 @@ __all__ = [
     "HybridHistogramPolicy",
     "KeepAlivePolicy",
     "PolicyName",
+    "choose_for_targets",
     "policy_for",
 ]
 
@@ -74,9 +76,13 @@ class FixedPolicy(KeepAlivePolicy):
     """Unload after ``keep_alive_s`` idle (None: after the bound, ``idle_timeout_s``)."""
 
     keep_alive_s: float | None = None
+    label: str = ""
+    """A name for tables (say ``knative 60 s``); default ``fixed <time>``."""
 
     @property
     def name(self) -> str:  # type: ignore[override]
+        if self.label:
+            return self.label
         if self.keep_alive_s is None:
             return "fixed"
         return f"fixed {_duration(self.keep_alive_s)}"
@@ -210,23 +216,7 @@ class AdaptivePolicy(KeepAlivePolicy):
     def choose(self, candidates: Candidates) -> KeepAlivePlan:
         """The cheapest candidate meeting the target, else the one with the fewest cold
         starts (then the cheapest of those)."""
-        meets = candidates.cold_share <= self.cold_start_target
-        if meets.any():
-            cost = np.where(meets, candidates.cost_s, np.inf)
-            best = int(np.argmin(cost))
-            reason = "adaptive: cheapest within target"
-        else:
-            fewest = candidates.cold_share.min()
-            cost = np.where(candidates.cold_share <= fewest * (1 + 1e-9), candidates.cost_s, np.inf)
-            best = int(np.argmin(cost))
-            reason = "adaptive: target out of reach, fewest cold starts"
-        prewarm = float(candidates.prewarm_at_s[best])
-        return KeepAlivePlan(
-            keep_alive_s=float(candidates.keep_alive_s[best]),
-            prewarm_at_s=None if math.isnan(prewarm) else prewarm,
-            prewarm_window_s=float(candidates.prewarm_window_s[best]),
-            reason=reason,
-        )
+        return choose_for_targets(candidates, (self.cold_start_target,))[0]
 
     def candidates(self, history: IdleHistory, *, bound_s: float, load_s: float) -> Candidates:
         """Every plan priced on ``history`` (already decayed to the decision time).
@@ -270,6 +260,34 @@ class AdaptivePolicy(KeepAlivePolicy):
             cost_s=np.concatenate((keep_cost, pre_cost)) / total,
             cold_share=np.concatenate((keep_cold, pre_cold)) / requests,
         )
+
+
+def choose_for_targets(candidates: Candidates, targets: Sequence[float]) -> list[KeepAlivePlan]:
+    """:meth:`AdaptivePolicy.choose` for several targets at once (the simulator's curve)."""
+    share, cost = candidates.cold_share, candidates.cost_s
+    fewest: int | None = None
+    plans = []
+    for target in targets:
+        meets = share <= target
+        if meets.any():
+            best = int(np.argmin(np.where(meets, cost, np.inf)))
+            reason = "adaptive: cheapest within target"
+        else:
+            if fewest is None:
+                least = share.min()
+                fewest = int(np.argmin(np.where(share <= least * (1 + 1e-9), cost, np.inf)))
+            best = fewest
+            reason = "adaptive: target out of reach, fewest cold starts"
+        prewarm = float(candidates.prewarm_at_s[best])
+        plans.append(
+            KeepAlivePlan(
+                keep_alive_s=float(candidates.keep_alive_s[best]),
+                prewarm_at_s=None if math.isnan(prewarm) else prewarm,
+                prewarm_window_s=float(candidates.prewarm_window_s[best]),
+                reason=reason,
+            )
+        )
+    return plans
 
 
 def policy_for(name: PolicyName) -> KeepAlivePolicy:
