@@ -23,6 +23,13 @@ Every ``reaper_interval_s``, while this replica acts:
 Traffic reports expire in the store, so the reaper remembers the last activity it saw of
 each model itself: a model whose reports lapsed is idle since its last request, not since
 its placement.
+
+A model registered with ``scaling.policy: adaptive`` is judged by its keep-alive plan
+instead of ``idle_timeout_s`` alone (``control_plane.keepalive``): the reaper learns its idle
+times from the traffic reports (kept in the store, so a failover forgets nothing), unloads it
+when the plan no longer wants it loaded, and, while it is at zero, asks for a pre-warm (an
+ordinary activation with trigger ``prewarm``, which never evicts another model) one load
+time before the plan's pre-warm.
 """
 
 from __future__ import annotations
@@ -36,12 +43,15 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 from control_plane.backends.base import PodBackend
+from control_plane.keepalive.plan import KeepAlivePlan, wants_loaded
+from control_plane.keepalive.policies import KeepAlivePolicy, policy_for
+from control_plane.keepalive.tracker import STATE_KEY, IdleTracker, track
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreUnavailableError
 from foundation.errors import ZeroserveError
-from foundation.records import ModelRecord, Placement, WorkerRecord
+from foundation.records import ModelRecord, Placement, TrafficReport, WorkerRecord
 
 __all__ = [
     "Acting",
@@ -75,6 +85,18 @@ class WorkerDecision:
     """Empty workers to stop."""
     start: bool = False
     """Start one more (empty, warm) worker."""
+
+
+def _decide(
+    policy: KeepAlivePolicy,
+    tracker: IdleTracker,
+    record: ModelRecord,
+    load_s: float,
+    now: float,
+) -> KeepAlivePlan:
+    return policy.decide(
+        tracker.history, bound_s=record.scaling.idle_timeout_s, load_s=load_s, now=now
+    )
 
 
 def decide_workers(
@@ -143,6 +165,8 @@ class Activations(Protocol):
 
     def is_activating(self, model: str) -> bool: ...
 
+    def request(self, model: str, *, trigger: str = "request") -> None: ...
+
 
 class Acting(Protocol):
     @property
@@ -189,6 +213,11 @@ class Reaper:
         """worker id -> failed probes in a row, for workers our backend does not run."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Retirements and worker starts under way, by a key that de-duplicates them."""
+        self._trackers: dict[str, IdleTracker] = {}
+        """Adaptive models -> what they taught about their idle times (read from the store
+        once, written back when it changes)."""
+        self._load_s: dict[str, float] = {}
+        """Adaptive models -> their last measured load time (from activation timelines)."""
 
     async def run(self) -> None:
         """Sweep every ``reaper_interval_s`` while acting; runs until cancelled."""
@@ -241,6 +270,7 @@ class Reaper:
             if name not in by_model and name not in asleep:
                 del self._last_active[name]
         await self._reap_sleeping(asleep, models, now)
+        await self._prewarm(by_model, asleep, models, now)
         for name, replicas in by_model.items():
             record = models.get(name)
             if record is None:
@@ -248,6 +278,10 @@ class Reaper:
                     self._retire(p, reason="deleted")
                 continue
             reports = await self._store.traffic(name)
+            learned = None
+            if record.scaling.policy == "adaptive":
+                # Before the checks below: a busy model's requests end its idle periods.
+                learned = await self._plan(record, reports, now)
             in_flight = sum(r.in_flight for r in reports)
             last = max([r.last_request_at for r in reports] + [p.since for p in replicas])
             if in_flight > 0:
@@ -259,6 +293,28 @@ class Reaper:
             if self._activations.is_activating(name):
                 continue
             idle_s = now - last
+            if learned is not None:
+                tracker, plan, load_s = learned
+                if tracker.idle_since is not None:
+                    # A pre-warmed replica waits for the plan's window, counted from the
+                    # last request; any other (a cold start, an admin load) from its
+                    # placement too, so a fresh load is not undone at once.
+                    since = tracker.idle_since
+                    if tracker.prewarmed_for != since:
+                        since = max(since, min(p.since for p in replicas))
+                    idle_s = now - since
+                if wants_loaded(plan, idle_s, load_s):
+                    continue
+                logger.info(
+                    "%s idle for %.1f s; unloading (%s)",
+                    name,
+                    idle_s,
+                    plan.reason,
+                    extra={"model": name},
+                )
+                for p in replicas:
+                    self._retire(p, reason="idle")
+                continue
             sleep_after_s = record.scaling.sleep_after_s
             if 0 < sleep_after_s <= idle_s < record.scaling.idle_timeout_s:
                 logger.info(
@@ -315,6 +371,77 @@ class Reaper:
             )
             for s in sleepers:
                 self._unload_sleeping(s, reason="idle")
+
+    async def _prewarm(
+        self,
+        by_model: dict[str, list[Placement]],
+        asleep: dict[str, list[Placement]],
+        models: dict[str, ModelRecord],
+        now: float,
+    ) -> None:
+        """Learn the idle times of adaptive models at zero and pre-warm them on plan."""
+        for gone in set(self._trackers) - set(models):
+            del self._trackers[gone]
+            self._load_s.pop(gone, None)
+        for name, record in models.items():
+            if record.scaling.policy != "adaptive" or record.scaling.min_replicas > 0:
+                continue
+            if name in by_model or name in asleep or self._activations.is_activating(name):
+                continue
+            reports = await self._store.traffic(name)
+            if any(r.in_flight > 0 for r in reports):
+                continue  # the activator is bringing it up for those requests
+            tracker, plan, load_s = await self._plan(record, reports, now)
+            since = tracker.idle_since
+            if since is None or plan.prewarm_at_s is None or tracker.prewarmed_for == since:
+                continue
+            idle_s = now - since
+            if idle_s < plan.keep_alive_s or not wants_loaded(plan, idle_s, load_s):
+                continue
+            logger.info(
+                "pre-warming %s: idle %.1f s, predicted next request at %.1f s (%s)",
+                name,
+                idle_s,
+                plan.prewarm_at_s,
+                plan.reason,
+                extra={"model": name},
+            )
+            self._trackers[name] = tracker = IdleTracker(
+                history=tracker.history, idle_since=since, prewarmed_for=since
+            )
+            await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
+            self._activations.request(name, trigger="prewarm")
+
+    async def _plan(
+        self, record: ModelRecord, reports: Sequence[TrafficReport], now: float
+    ) -> tuple[IdleTracker, KeepAlivePlan, float]:
+        """The model's tracker updated from ``reports``, its plan, and its load time."""
+        name = record.name
+        policy = policy_for("adaptive")
+        tracker = self._trackers.get(name)
+        if tracker is None:
+            doc = await self._store.get_model_state(name, STATE_KEY)
+            tracker = IdleTracker.from_json(doc) if doc else IdleTracker(policy.new_history())
+        last = max((r.last_request_at for r in reports), default=None)
+        tracker, learned = track(
+            tracker, last_request_at=last, in_flight=sum(r.in_flight for r in reports), now=now
+        )
+        self._trackers[name] = tracker
+        if learned or name not in self._load_s:
+            if learned:
+                await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
+            self._load_s[name] = await self._measured_load_s(name)
+        load_s = self._load_s[name]
+        plan = _decide(policy, tracker, record, load_s, now)
+        return tracker, plan, load_s
+
+    async def _measured_load_s(self, model: str) -> float:
+        """The newest successful activation's time to ready, else the configured default."""
+        for timeline in await self._store.list_activations(model):
+            total = timeline.get("durations_s", {}).get("total")
+            if timeline.get("outcome") == "ready" and isinstance(total, (int, float)):
+                return float(total)
+        return self._settings.keepalive_default_load_s
 
     async def _reap_workers(self, placements: list[Placement]) -> None:
         count = 0

@@ -382,6 +382,13 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     register.add_argument(
         "--sleep-after-s", type=float, default=None, help="LLMs: sleep when idle this long"
     )
+    register.add_argument(
+        "--keep-alive",
+        dest="policy",
+        choices=["fixed", "adaptive"],
+        default=None,
+        help="keep-alive policy: fixed (idle-timeout) or adaptive (learned, pre-warms)",
+    )
     register.add_argument("--device", choices=["cpu", "cuda"], default=None)
     register.add_argument("--memory-bytes", type=int, default=None)
     register.add_argument(
@@ -456,6 +463,7 @@ def registration_body(args: argparse.Namespace) -> dict[str, object]:
             "target_concurrency",
             "idle_timeout_s",
             "sleep_after_s",
+            "policy",
         )
         if getattr(args, key) is not None
     }

@@ -60,6 +60,7 @@ __all__ = [
 Device = Literal["cpu", "cuda"]
 MAX_BLS_MODELS = 64
 """The most models one registration may name in ``bls_models``."""
+KeepAlivePolicyName = Literal["fixed", "adaptive"]
 ModelState = Literal["ready", "loading", "unloading", "sleeping", "scaled_to_zero", "failed"]
 
 
@@ -89,6 +90,12 @@ class ScalingSpec(_Strict):
         "KV cache freed, weights in host memory) until a request wakes them or "
         "idle_timeout_s unloads them (min_replicas 0); 0 = never sleep",
     )
+    policy: KeepAlivePolicyName = Field(
+        default="fixed",
+        description="Keep-alive policy: fixed (unload after idle_timeout_s) or adaptive "
+        "(learned from the model's idle times: unload sooner, pre-warm before the predicted "
+        "next request; idle_timeout_s is the longest it keeps a replica idle)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
@@ -116,6 +123,7 @@ class ScalingPatch(_Strict):
     target_concurrency: float | None = Field(default=None, gt=0, le=1_000_000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=30 * 86400)
     sleep_after_s: float | None = Field(default=None, ge=0, le=30 * 86400)
+    policy: KeepAlivePolicyName | None = None
 
 
 class ResourcesPatch(_Strict):

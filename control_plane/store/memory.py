@@ -143,6 +143,8 @@ class MemoryStateStore(StateStore):
         self._traffic: dict[str, dict[str, tuple[bytes, float]]] = {}
         # model -> timelines, newest first
         self._timelines: dict[str, deque[bytes]] = {}
+        self._model_state: dict[str, dict[str, bytes]] = {}
+        """model -> key -> JSON doc (what keep-alive policies learn)."""
         self._lease: _Lease | None = None
         self._placement_boxes: set[_Mailbox[PlacementEvent]] = set()
         self._activation_boxes: set[_Mailbox[str | _ReplayPending]] = set()
@@ -182,6 +184,7 @@ class MemoryStateStore(StateStore):
         self._traffic.pop(name, None)
         self._timelines.pop(name, None)
         self._pending.pop(name, None)
+        self._model_state.pop(name, None)
         return existed
 
     # ---- workers ----
@@ -395,6 +398,16 @@ class MemoryStateStore(StateStore):
     async def list_activations(self, model: str) -> list[dict[str, Any]]:
         self._check_open("list_activations")
         return [orjson.loads(raw) for raw in self._timelines.get(model, ())]
+
+    # ---- per-model control state ----
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        self._check_open("put_model_state")
+        self._model_state.setdefault(model, {})[key] = orjson.dumps(doc)
+
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        self._check_open("get_model_state")
+        raw = self._model_state.get(model, {}).get(key)
+        return None if raw is None else orjson.loads(raw)
 
     # ---- lease ----
     async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:

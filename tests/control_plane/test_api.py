@@ -312,6 +312,7 @@ async def test_register_list_show(api: Api):
         "target_concurrency": 8.0,
         "idle_timeout_s": 5.0,
         "sleep_after_s": 0.0,
+        "policy": "fixed",
     }
     assert view["resources"] == {"device": "cpu", "memory_bytes": 1000}
     assert view["generation"] == 1

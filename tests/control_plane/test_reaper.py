@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from control_plane.keepalive import AdaptivePolicy
+from control_plane.keepalive.tracker import STATE_KEY, IdleTracker
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PoolPlacers
 from control_plane.reaper import PoolState, Reaper, WorkerDecision, decide_workers
@@ -33,9 +35,13 @@ REPORT_TTL_S = 5.0
 class NoActivations:
     def __init__(self) -> None:
         self.models: set[str] = set()
+        self.requested: list[tuple[str, str]] = []
 
     def is_activating(self, model: str) -> bool:
         return model in self.models
+
+    def request(self, model: str, *, trigger: str = "request") -> None:
+        self.requested.append((model, trigger))
 
 
 class Liveness:
@@ -169,6 +175,57 @@ async def test_replicas_of_deleted_models_are_retired():
         await s.sweep()
         assert await s.placed() == set()
         assert s.workers.unloads() == [("w1", "m")]
+
+
+async def _adaptive(s: Setup, name: str, *, bound_s: float = 3600.0) -> None:
+    record = ModelRecord(
+        name=name,
+        storage_uri=f"/models/{name}",
+        scaling=ScalingSpec(idle_timeout_s=bound_s, policy="adaptive"),
+    )
+    await s.store.create_model(record)
+    await s.placer.place(record)
+
+
+async def test_adaptive_model_learns_its_idle_times_into_the_store():
+    async with Setup() as s:
+        await _adaptive(s, "m")
+        await s.traffic("m", 0)
+        await s.sweep()
+        s.wall.advance(100.0)
+        await s.traffic("m", 1)  # a request after 100 s idle
+        await s.sweep()
+        doc = await s.store.get_model_state("m", STATE_KEY)
+        assert doc is not None
+        tracker = IdleTracker.from_json(doc)
+        assert tracker.history.gaps == pytest.approx(1.0)
+        assert tracker.idle_since is None  # busy now
+        assert await s.placed() == {"m"}
+
+
+async def test_adaptive_model_unloads_early_and_is_prewarmed_on_its_period():
+    async with Setup() as s:
+        await _adaptive(s, "m")
+        # A model called every 10 minutes, for the past 2 days.
+        policy = AdaptivePolicy()
+        history = policy.new_history()
+        now = s.wall.now
+        for i in range(288):
+            at = now - (288 - i) * 600.0
+            history = history.observe(595.0, ended_at=at, requests=1.0, now=at)
+        await s.store.put_model_state("m", STATE_KEY, IdleTracker(history).to_json())
+        await s.traffic("m", 0)
+        await s.sweep()
+        s.wall.advance(60.0)
+        await s.sweep()
+        # Far below idle_timeout_s (an hour): the plan unloads and will pre-warm.
+        assert await s.placed() == set()
+        assert s.activations.requested == []
+        s.wall.advance(600.0 - 60.0 - 2 * s.settings.keepalive_default_load_s)
+        await s.sweep()
+        assert s.activations.requested == [("m", "prewarm")]
+        await s.sweep()  # once per idle period
+        assert s.activations.requested == [("m", "prewarm")]
 
 
 async def test_an_empty_worker_is_stopped_after_the_grace_period():
