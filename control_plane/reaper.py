@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from control_plane import usage
 from control_plane.backends.base import PodBackend
 from control_plane.keepalive.plan import KeepAlivePlan, wants_loaded
 from control_plane.keepalive.policies import KeepAlivePolicy, policy_for
@@ -218,6 +219,12 @@ class Reaper:
         once, written back when it changes)."""
         self._load_s: dict[str, float] = {}
         """Adaptive models -> their last measured load time (from activation timelines)."""
+        self._ledgers: dict[str, usage.UsageLedger] = {}
+        """Models -> their usage (read from the store once, written back every few s)."""
+        self._unflushed: dict[str, float] = {}
+        """Models whose ledger changed -> when it was last written to the store."""
+        self._busy: dict[str, bool] = {}
+        """Models -> whether the last sweep saw requests in flight."""
 
     async def run(self) -> None:
         """Sweep every ``reaper_interval_s`` while acting; runs until cancelled."""
@@ -248,6 +255,11 @@ class Reaper:
         sleeping = await self._store.list_sleeping()
         models = {m.name: m for m in await self._store.list_models()}
         await self._reap_models(placements, sleeping, models)
+        for gone in set(self._ledgers) - set(models):
+            del self._ledgers[gone]
+            self._unflushed.pop(gone, None)
+            self._busy.pop(gone, None)
+        await self.flush_usage()
         await self._reap_workers(
             await self._store.list_placements() + await self._store.list_sleeping()
         )
@@ -283,6 +295,7 @@ class Reaper:
                 # Before the checks below: a busy model's requests end its idle periods.
                 learned = await self._plan(record, reports, now)
             in_flight = sum(r.in_flight for r in reports)
+            await self._account(name, replicas, is_busy=in_flight > 0, now=now)
             last = max([r.last_request_at for r in reports] + [p.since for p in replicas])
             if in_flight > 0:
                 last = now
@@ -371,6 +384,52 @@ class Reaper:
             )
             for s in sleepers:
                 self._unload_sleeping(s, reason="idle")
+
+    async def _account(
+        self, name: str, replicas: list[Placement], *, is_busy: bool, now: float
+    ) -> None:
+        """Add the time since the last sweep to the model's usage (serving or idle per
+        loaded replica), and the activations finished since."""
+        ledger = self._ledgers.get(name)
+        if ledger is None:
+            doc = await self._store.get_model_state(name, usage.STATE_KEY)
+            ledger = usage.UsageLedger.from_json(doc) if doc else usage.UsageLedger()
+        since = ledger.accounted_at
+        if since is None or any(p.since > since for p in replicas):
+            ledger, added = usage.fold_activations(ledger, await self._store.list_activations(name))
+            for one in added:
+                self._metrics.replica_seconds.labels(name, "loading").inc(one.loading_s)
+                if one.cold_starts:
+                    self._metrics.cold_starts.labels(name).inc(one.cold_starts)
+                    self._metrics.cold_start_wait.labels(name).inc(one.cold_start_wait_s)
+        held = sum(
+            max(0.0, now - max(p.since, since if since is not None else p.since)) for p in replicas
+        )
+        # The time since the last sweep is counted in the state that sweep saw.
+        was_busy = self._busy.get(name, is_busy)
+        self._busy[name] = is_busy
+        state = "serving" if was_busy else "idle"
+        if held > 0:
+            amount = usage.Usage(serving_s=held) if was_busy else usage.Usage(idle_s=held)
+            start = since if since is not None else min(p.since for p in replicas)
+            ledger = usage.add(ledger, amount, start=min(start, now), end=now)
+            self._metrics.replica_seconds.labels(name, state).inc(held)
+        self._ledgers[name] = usage.UsageLedger(
+            buckets=ledger.buckets, counted=ledger.counted, accounted_at=now
+        )
+        self._unflushed.setdefault(name, now)
+
+    async def flush_usage(self, *, force: bool = False) -> None:
+        """Write changed ledgers to the store: those unwritten for ``usage_flush_s``, or
+        all of them with ``force``."""
+        now = self._wall()
+        for name, since in list(self._unflushed.items()):
+            if not force and now - since < self._settings.usage_flush_s:
+                continue
+            ledger = self._ledgers.get(name)
+            if ledger is not None:
+                await self._store.put_model_state(name, usage.STATE_KEY, ledger.to_json())
+            del self._unflushed[name]
 
     async def _prewarm(
         self,
@@ -547,6 +606,10 @@ class Reaper:
             await asyncio.wait(list(self._tasks.values()))
 
     async def close(self) -> None:
+        try:
+            await self.flush_usage(force=True)
+        except ZeroserveError as exc:
+            logger.warning("usage not written at shutdown: %s", exc.message)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

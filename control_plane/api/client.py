@@ -68,7 +68,9 @@ def run(
         elif command == "register":
             _print_json(client.call("POST", "/models", body), out)
         elif command == "show":
-            _print_json(client.call("GET", path), out)
+            view = client.call("GET", path)
+            view["usage_24h"] = client.call("GET", f"{path}/usage")
+            _print_json(view, out)
         elif command == "activations":
             _print_json(client.call("GET", f"{path}/activations"), out)
         elif command == "rm":

@@ -32,6 +32,9 @@ from foundation import ensemble_config, model_config, names
 
 __all__ = [
     "Activations",
+    "KeepAlivePolicyName",
+    "ReplicaSeconds",
+    "UsageView",
     "Device",
     "ErrorBody",
     "ModelCreate",
@@ -401,6 +404,28 @@ class Activations(BaseModel):
 
     model: str
     activations: list[dict[str, Any]]
+
+
+class ReplicaSeconds(BaseModel):
+    """Replica-seconds of one model (GPU-seconds on GPU pools, device-seconds on CPU)."""
+
+    serving: float = Field(description="Loaded with requests in flight")
+    idle: float = Field(description="Loaded without a request")
+    loading: float = Field(description="Spent loading (cold starts and pre-warms)")
+
+
+class UsageView(BaseModel):
+    """What a model cost over [start, end) (wall-clock seconds; hourly buckets)."""
+
+    model: str
+    start: float
+    end: float
+    device: Device
+    bucket_s: float = Field(description="Resolution: buckets overlapping the range count")
+    replica_seconds: ReplicaSeconds
+    activations: int
+    cold_starts: int = Field(description="Activations a request waited for")
+    cold_start_wait_s: float = Field(description="Time those requests waited, summed")
 
 
 class WorkerView(BaseModel):

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from control_plane import usage
 from control_plane.keepalive import AdaptivePolicy
 from control_plane.keepalive.tracker import STATE_KEY, IdleTracker
 from control_plane.metrics import ControlPlaneMetrics
@@ -226,6 +227,44 @@ async def test_adaptive_model_unloads_early_and_is_prewarmed_on_its_period():
         assert s.activations.requested == [("m", "prewarm")]
         await s.sweep()  # once per idle period
         assert s.activations.requested == [("m", "prewarm")]
+
+
+async def test_usage_adds_up_to_the_time_each_replica_was_loaded():
+    async with Setup() as s:
+        placed_at = s.wall.now
+        await s.place("m")
+        # The activation that loaded it, as the orchestrator records it.
+        await s.store.add_activation(
+            "m",
+            {
+                "id": "a1",
+                "trigger": "request",
+                "outcome": "ready",
+                "queued_at": placed_at - 4.0,
+                "durations_s": {"load": 3.0, "total": 4.0},
+            },
+            keep=5,
+        )
+        await s.traffic("m", 1)
+        await s.sweep()
+        s.wall.advance(7.0)
+        await s.traffic("m", 0)  # busy for those 7 s
+        await s.sweep()
+        s.wall.advance(IDLE_S / 2)
+        await s.sweep()
+        s.wall.advance(IDLE_S)  # idle past its timeout: this sweep retires it
+        await s.sweep()
+        assert await s.placed() == set()
+        retired_at = s.wall.now
+        await s.reaper.flush_usage(force=True)
+        doc = await s.store.get_model_state("m", usage.STATE_KEY)
+        assert doc is not None
+        total = usage.totals(usage.UsageLedger.from_json(doc), start=0.0, end=retired_at + 1)
+        assert total.serving_s + total.idle_s == pytest.approx(retired_at - placed_at)
+        assert total.serving_s == pytest.approx(7.0)
+        assert total.loading_s == pytest.approx(3.0)
+        assert (total.activations, total.cold_starts) == (1, 1)
+        assert total.cold_start_wait_s == pytest.approx(4.0)
 
 
 async def test_an_empty_worker_is_stopped_after_the_grace_period():
