@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from control_plane import usage
 from control_plane.backends.base import PodBackend
 from control_plane.keepalive.plan import KeepAlivePlan, wants_loaded
-from control_plane.keepalive.policies import KeepAlivePolicy, policy_for
+from control_plane.keepalive.policies import AdaptivePolicy, KeepAlivePolicy
 from control_plane.keepalive.tracker import STATE_KEY, IdleTracker, track
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.settings import ControlPlaneSettings
@@ -476,7 +476,7 @@ class Reaper:
     ) -> tuple[IdleTracker, KeepAlivePlan, float]:
         """The model's tracker updated from ``reports``, its plan, and its load time."""
         name = record.name
-        policy = policy_for("adaptive")
+        policy = AdaptivePolicy(min_gaps=self._settings.keepalive_min_idle_times)
         tracker = self._trackers.get(name)
         if tracker is None:
             doc = await self._store.get_model_state(name, STATE_KEY)
