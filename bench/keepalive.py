@@ -17,7 +17,10 @@ Cold starts are each model's share of its requests that waited for a load, avera
 models; GPU-seconds are serving + idle + loading (target 2 also reports idle + loading
 alone). No parameter is tuned to this trace: the policies run with their defaults.
 
-    python bench/keepalive.py [--data PATH] [--tag vm] [--no-save]
+    python bench/keepalive.py [--data PATH] [--tag vm] [--no-save] [--quick]
+
+``--quick`` replays the two-client sample the tests vendor (``tests/data/servegen``): it
+checks that the script works, its numbers mean nothing.
 
 Writes ``bench/results/<UTC time>-<tag>-keepalive.json`` and one plot per load time.
 """
@@ -32,6 +35,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, Final
+
+# Run as a script, sys.path[0] is bench/; the repository root must come first so that
+# `bench` is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import machine, report
 from control_plane.keepalive.replay import ORACLE, PolicyResult, replay
@@ -53,7 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=socket.gethostname(), help="machine tag in file names")
     parser.add_argument("--no-save", action="store_true", help="print only")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="the 2-client sample only")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.data = REPO_ROOT / "tests" / "data" / "servegen"
     files = servegen_files(args.data)
     if not files:
         print(f"bench/keepalive.py: no ServeGen traces under {args.data}", file=sys.stderr)

@@ -316,7 +316,23 @@ class Reaper:
                     if tracker.prewarmed_for != since:
                         since = max(since, min(p.since for p in replicas))
                     idle_s = now - since
-                if wants_loaded(plan, idle_s, load_s):
+                is_wanted = wants_loaded(plan, idle_s, load_s)
+                sleep_after_s = record.scaling.sleep_after_s
+                if sleep_after_s > 0 and (idle_s >= sleep_after_s or not is_wanted):
+                    # An engine that can sleep gives the device back at once and wakes in
+                    # a fraction of a load: it sleeps where the plan would unload (or at
+                    # sleep_after_s), and idle_timeout_s unloads it (the sleeping path).
+                    logger.info(
+                        "%s idle for %.1f s; putting it to sleep (%s)",
+                        name,
+                        idle_s,
+                        plan.reason,
+                        extra={"model": name},
+                    )
+                    for p in replicas:
+                        self._sleep(p)
+                    continue
+                if is_wanted:
                     continue
                 logger.info(
                     "%s idle for %.1f s; unloading (%s)",

@@ -178,11 +178,14 @@ async def test_replicas_of_deleted_models_are_retired():
         assert s.workers.unloads() == [("w1", "m")]
 
 
-async def _adaptive(s: Setup, name: str, *, bound_s: float = 3600.0) -> None:
+async def _adaptive(
+    s: Setup, name: str, *, bound_s: float = 3600.0, backend: str = "", sleep_after_s: float = 0
+) -> None:
     record = ModelRecord(
         name=name,
         storage_uri=f"/models/{name}",
-        scaling=ScalingSpec(idle_timeout_s=bound_s, policy="adaptive"),
+        backend=backend,
+        scaling=ScalingSpec(idle_timeout_s=bound_s, policy="adaptive", sleep_after_s=sleep_after_s),
     )
     await s.store.create_model(record)
     await s.placer.place(record)
@@ -204,17 +207,32 @@ async def test_adaptive_model_learns_its_idle_times_into_the_store():
         assert await s.placed() == {"m"}
 
 
+async def _periodic_history(s: Setup, name: str) -> None:
+    """A model called every 10 minutes, for the past 2 days."""
+    history = AdaptivePolicy().new_history()
+    now = s.wall.now
+    for i in range(288):
+        at = now - (288 - i) * 600.0
+        history = history.observe(595.0, ended_at=at, requests=1.0, now=at)
+    await s.store.put_model_state(name, STATE_KEY, IdleTracker(history).to_json())
+
+
+async def test_adaptive_engine_that_can_sleep_sleeps_where_the_plan_unloads():
+    async with Setup() as s:
+        await _adaptive(s, "llm", backend="transformers", sleep_after_s=1800.0)
+        await _periodic_history(s, "llm")
+        await s.traffic("llm", 0)
+        await s.sweep()
+        s.wall.advance(60.0)
+        await s.sweep()
+        assert await s.placed() == set()
+        assert [p.model for p in await s.store.list_sleeping()] == ["llm"]
+
+
 async def test_adaptive_model_unloads_early_and_is_prewarmed_on_its_period():
     async with Setup() as s:
         await _adaptive(s, "m")
-        # A model called every 10 minutes, for the past 2 days.
-        policy = AdaptivePolicy()
-        history = policy.new_history()
-        now = s.wall.now
-        for i in range(288):
-            at = now - (288 - i) * 600.0
-            history = history.observe(595.0, ended_at=at, requests=1.0, now=at)
-        await s.store.put_model_state("m", STATE_KEY, IdleTracker(history).to_json())
+        await _periodic_history(s, "m")
         await s.traffic("m", 0)
         await s.sweep()
         s.wall.advance(60.0)
