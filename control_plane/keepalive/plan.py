@@ -28,8 +28,6 @@ class KeepAlivePlan:
     None: no pre-warm."""
     prewarm_window_s: float = 0.0
     """After a pre-warm, unload again if no request came this long after ``prewarm_at_s``."""
-    sleep_after_s: float | None = None
-    """Engines that can sleep: sleep this long after going idle (before ``keep_alive_s``)."""
     reason: str = ""
     """Why: the policy and the branch it took, for logs and the admin API."""
 
