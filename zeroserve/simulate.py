@@ -224,7 +224,7 @@ def plot(results: Sequence[PolicyResult], path: Path, *, title: str) -> None:
         style = "o-" if len(points) > 1 else "s"
         ax.plot(xs, ys, style, label=family)
     ax.set_xscale("log")
-    ax.set_xlabel("cold starts (mean share of each model's requests)")
+    ax.set_xlabel("cold starts (mean share of each model's requests; none drawn at 1e-5)")
     ax.set_ylabel("GPU time idle + loading, share of always-on")
     ax.set_title(f"keep-alive policies on {title}")
     ax.grid(True, which="both", alpha=0.3)
