@@ -20,7 +20,10 @@ alone). No parameter is tuned to this trace: the policies run with their default
     python bench/keepalive.py [--data PATH] [--tag vm] [--no-save] [--quick]
 
 ``--quick`` replays the two-client sample the tests vendor (``tests/data/servegen``): it
-checks that the script works, its numbers mean nothing.
+checks that the script works, its numbers mean nothing. ``--sensitivity`` instead replays
+the 20-s run with the adaptive policy's parameters changed one at a time (half-life 12 h and
+3 days, 5 and 20 idle times before the history is trusted, fallback 5 and 20 min), to show
+that its results do not hinge on them; it writes ``<UTC time>-<tag>-keepalive-sensitivity.json``.
 
 Writes ``bench/results/<UTC time>-<tag>-keepalive.json`` and one plot per load time.
 """
@@ -33,6 +36,7 @@ import math
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,6 +45,7 @@ from typing import Any, Final
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import machine, report
+from control_plane.keepalive.policies import AdaptivePolicy
 from control_plane.keepalive.replay import ORACLE, PolicyResult, replay
 from control_plane.keepalive.traces import read_servegen, servegen_files
 from zeroserve.simulate import default_policies, families, plot, table
@@ -61,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-save", action="store_true", help="print only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="the 2-client sample only")
+    parser.add_argument(
+        "--sensitivity", action="store_true", help="vary the adaptive policy's parameters"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.data = REPO_ROOT / "tests" / "data" / "servegen"
@@ -70,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = datetime.datetime.now(datetime.UTC)
     stamp = started.strftime("%Y-%m-%dT%H%M%SZ")
+    if args.sensitivity:
+        return sensitivity(args, files, stamp, argv)
     runs: list[dict[str, Any]] = []
     all_passed = True
     for load_s in LOAD_TIMES_S:
@@ -119,6 +129,64 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_save:
         path = RESULTS_DIR / f"{stamp}-{args.tag}-keepalive.json"
         report.write_json(path, document)
+        print(f"\nresults: {path.relative_to(REPO_ROOT)}")
+    return 0
+
+
+_VARIANTS: Final[tuple[tuple[str, dict[str, float]], ...]] = (
+    ("defaults", {}),
+    ("half-life 12 h", {"half_life_s": 43200.0}),
+    ("half-life 3 days", {"half_life_s": 3 * 86400.0}),
+    ("trusted after 5 idle times", {"min_gaps": 5.0}),
+    ("trusted after 20 idle times", {"min_gaps": 20.0}),
+    ("fallback 5 min", {"fallback_keep_alive_s": 300.0}),
+    ("fallback 20 min", {"fallback_keep_alive_s": 1200.0}),
+)
+_SENSITIVITY_TARGETS: Final = (0.0003, 0.01)
+
+
+@dataclass(frozen=True, slots=True)
+class _Variant(AdaptivePolicy):
+    """The adaptive policy under another name (one row per variant)."""
+
+    label: str = ""
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"{self.label}, target {self.cold_start_target:.2%}"
+
+
+def sensitivity(
+    args: argparse.Namespace, files: list[Path], stamp: str, argv: list[str] | None
+) -> int:
+    """The adaptive policy with each parameter changed, 20-s loads."""
+    load_s = LOAD_TIMES_S[0]
+    traces = read_servegen(files, hold_s=HOLD_S, seed=args.seed)
+    policies = [
+        _Variant(cold_start_target=target, label=label, **changes)
+        for label, changes in _VARIANTS
+        for target in _SENSITIVITY_TARGETS
+    ]
+    results = replay(traces, policies, load_s=load_s, bound_s=BOUND_S, oracle=False)
+    print("| adaptive policy | cold starts (mean per model) | GPU idle + loading vs always-on |")
+    print("| --- | --- | --- |")
+    for r in results:
+        print(f"| {r.policy} | {r.cold_start_rate:.3%} | {r.wasted_share:.1%} |")
+    if not args.no_save:
+        path = RESULTS_DIR / f"{stamp}-{args.tag}-keepalive-sensitivity.json"
+        report.write_json(
+            path,
+            {
+                "suite": "keepalive-sensitivity",
+                "started_utc": stamp,
+                "command": " ".join(["python bench/keepalive.py", *(argv or sys.argv[1:])]),
+                "load_s": load_s,
+                "hold_s": HOLD_S,
+                "bound_s": BOUND_S,
+                "machine": machine.describe(REPO_ROOT, load_generator="none (simulation)"),
+                "policies": [r.summary() for r in results],
+            },
+        )
         print(f"\nresults: {path.relative_to(REPO_ROOT)}")
     return 0
 
