@@ -77,9 +77,10 @@ _SUCCESS = ("ready", "revived", "woken")
 
 
 class ReplicaPlacer(Protocol):
-    """What the orchestrator needs of the placer."""
+    """What the orchestrator needs of the placer (``may_evict`` False: a pre-warm, which
+    takes only free room)."""
 
-    async def place(self, model: ModelRecord) -> PlaceResult: ...
+    async def place(self, model: ModelRecord, *, may_evict: bool = True) -> PlaceResult: ...
 
 
 class Probe(Protocol):
@@ -363,7 +364,9 @@ class Orchestrator:
             timeline["generation"] = record.generation
             try:
                 async with asyncio.timeout(self._settings.activation_timeout_s):
-                    result = await self._placer.place(record)
+                    # A pre-warm is a guess about the next request: it never takes room
+                    # from a model that is loaded now.
+                    result = await self._placer.place(record, may_evict=trigger != "prewarm")
             except TimeoutError:
                 raise ActivationTimeoutError(
                     model=model, timeout_s=self._settings.activation_timeout_s

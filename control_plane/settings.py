@@ -173,6 +173,13 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """How long a worker with no models lives before it is stopped (beyond the warm ones)."""
     reaper_interval_s: float = Field(default=1.0, gt=0)
     """Period of the idle-model and idle-worker sweep."""
+    usage_flush_s: float = Field(default=5.0, ge=0)
+    """How often the reaper writes each model's changed usage ledger to the store."""
+    keepalive_default_load_s: float = Field(default=10.0, gt=0, le=3600)
+    """Load time the adaptive keep-alive policy assumes for a model not yet activated."""
+    keepalive_min_idle_times: float = Field(default=10.0, ge=1, le=10_000)
+    """Idle times the adaptive policy needs before it trusts a model's history (fewer: a
+    fixed keep-alive of 10 minutes at most ``idle_timeout_s``)."""
     autoscaler_tick_s: float = Field(default=2.0, gt=0)
     """Period of the autoscaler loop."""
     stable_window_s: float = Field(default=60.0, gt=0, le=3600)

@@ -28,6 +28,10 @@ class ScalingSpec:
     """No in-flight requests for this long -> its replicas sleep (LLM engines: KV cache
     freed, weights in host memory) until a request wakes them or ``idle_timeout_s`` unloads
     them; 0 never sleeps. Below ``idle_timeout_s`` when set."""
+    policy: str = "fixed"
+    """Keep-alive policy: ``fixed`` unloads after ``idle_timeout_s``; ``adaptive`` learns
+    the model's idle times and unloads sooner, or pre-warms it before its predicted next
+    request, with ``idle_timeout_s`` as the longest it keeps a replica idle."""
 
 
 @dataclass(frozen=True, slots=True)

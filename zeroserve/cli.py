@@ -515,6 +515,13 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "--sleep-after-s", type=float, default=None, help="LLMs: sleep when idle this long"
     )
     register.add_argument(
+        "--keep-alive",
+        dest="policy",
+        choices=["fixed", "adaptive"],
+        default=None,
+        help="keep-alive policy: fixed (idle-timeout) or adaptive (learned, pre-warms)",
+    )
+    register.add_argument(
         "--device", choices=["cpu", "cuda"], default=None, help="where it runs (default cpu)"
     )
     register.add_argument(
@@ -604,6 +611,7 @@ def registration_body(args: argparse.Namespace) -> dict[str, object]:
             "target_concurrency",
             "idle_timeout_s",
             "sleep_after_s",
+            "policy",
         )
         if getattr(args, key) is not None
     }
@@ -948,7 +956,16 @@ def build_parser() -> argparse.ArgumentParser:
     from zeroserve.bench.args import add_bench_parser
 
     add_bench_parser(sub).set_defaults(handler=_bench)
+    from zeroserve.simulate import add_simulate_parser
+
+    add_simulate_parser(sub).set_defaults(handler=_simulate)
     return parser
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from zeroserve.simulate import main
+
+    return main(args)
 
 
 def _bench(args: argparse.Namespace) -> int:

@@ -90,7 +90,9 @@ def run(
         elif command == "update":
             emit(client.call("PATCH", path, body), _MODEL_FIELDS, output, out=out)
         elif command == "show":
-            emit(client.call("GET", path), _MODEL_FIELDS, output, out=out)
+            view = client.call("GET", path)
+            view["usage_24h"] = client.call("GET", f"{path}/usage")
+            emit(view, _SHOW_FIELDS, output, out=out)
         elif command == "activations":
             doc = client.call("GET", f"{path}/activations")
             emit(doc, _ACTIVATION_COLUMNS, output, items="activations", out=out)
@@ -211,6 +213,17 @@ _MODEL_FIELDS = (
     Column("CREATED", "created_at", "age"),
 )
 """One model (``show``, ``register``, ``update``, ``load``, ``unload``): a line per field."""
+
+_SHOW_FIELDS = (
+    *_MODEL_FIELDS,
+    Column("SERVING_24H", "usage_24h.replica_seconds.serving", "duration"),
+    Column("IDLE_24H", "usage_24h.replica_seconds.idle", "duration"),
+    Column("LOADING_24H", "usage_24h.replica_seconds.loading", "duration"),
+    Column("COLD_STARTS_24H", "usage_24h.cold_starts"),
+    Column("COLD_START_WAIT_24H", "usage_24h.cold_start_wait_s", "duration"),
+)
+"""``zeroserve models show``: the model's fields, then its replica-seconds and cold starts over
+the last 24 hours (``usage_24h``, the admin API's ``/usage``)."""
 
 _ACTIVATION_COLUMNS = (
     Column("QUEUED", "queued_at", "age"),

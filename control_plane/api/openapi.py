@@ -86,6 +86,7 @@ def openapi_document() -> dict[str, Any]:
             (schemas.ModelView, "serialization"),
             (schemas.ModelList, "serialization"),
             (schemas.Activations, "serialization"),
+            (schemas.UsageView, "serialization"),
             (schemas.WorkerList, "serialization"),
             (schemas.ErrorBody, "serialization"),
             (keys.KeyCreate, "validation"),
@@ -154,6 +155,15 @@ def openapi_document() -> dict[str, Any]:
                 "The newest cold-start timelines of a model",
                 {"200": _json(schemas.Activations, "Newest first")},
                 errors=item,
+                name_param=True,
+            )
+        },
+        "/admin/v1/models/{name}/usage": {
+            "get": _operation(
+                "What a model cost over a time range (query start, end: seconds since the "
+                "epoch; default the last 24 hours; hourly resolution)",
+                {"200": _json(schemas.UsageView, "Replica-seconds and cold starts")},
+                errors=(*item, "422"),
                 name_param=True,
             )
         },

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any, TypeVar
 
 import orjson
@@ -14,7 +16,7 @@ from starlette.routing import Route
 from control_plane.api import keys, schemas
 from control_plane.api.bodies import read_json
 from control_plane.api.service import AdminService
-from control_plane.errors import InvalidInputError
+from control_plane.errors import InvalidInputError, SchemaValidationError
 
 __all__ = ["routes"]
 
@@ -97,6 +99,27 @@ async def model_activations(request: Request) -> Response:
     return _view(await _service(request).activations(request.path_params["name"]))
 
 
+async def model_usage(request: Request) -> Response:
+    end = _time_param(request, "end", time.time())
+    start = _time_param(request, "start", end - 86400.0)
+    if start > end:
+        raise SchemaValidationError(errors=[("start", "after end")])
+    return _view(await _service(request).usage(request.path_params["name"], start=start, end=end))
+
+
+def _time_param(request: Request, key: str, default: float) -> float:
+    raw = request.query_params.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SchemaValidationError(errors=[(key, "not seconds since the epoch")]) from None
+    if not math.isfinite(value):
+        raise SchemaValidationError(errors=[(key, "not finite")])
+    return value
+
+
 async def list_workers(request: Request) -> Response:
     return _view(await _service(request).workers())
 
@@ -131,6 +154,7 @@ routes = [
     Route("/admin/v1/models/{name}/load", load_model, methods=["POST"]),
     Route("/admin/v1/models/{name}/unload", unload_model, methods=["POST"]),
     Route("/admin/v1/models/{name}/activations", model_activations, methods=["GET"]),
+    Route("/admin/v1/models/{name}/usage", model_usage, methods=["GET"]),
     Route("/admin/v1/workers", list_workers, methods=["GET"]),
     *keys.routes,
     Route("/metrics", metrics, methods=["GET"]),

@@ -32,6 +32,9 @@ from foundation import ensemble_config, model_config, names
 
 __all__ = [
     "Activations",
+    "KeepAlivePolicyName",
+    "ReplicaSeconds",
+    "UsageView",
     "Device",
     "ErrorBody",
     "Failure",
@@ -61,6 +64,7 @@ __all__ = [
 Device = Literal["cpu", "cuda"]
 MAX_BLS_MODELS = 64
 """The most models one registration may name in ``bls_models``."""
+KeepAlivePolicyName = Literal["fixed", "adaptive"]
 ModelState = Literal["ready", "loading", "unloading", "sleeping", "scaled_to_zero", "failed"]
 
 
@@ -90,6 +94,12 @@ class ScalingSpec(_Strict):
         "KV cache freed, weights in host memory) until a request wakes them or "
         "idle_timeout_s unloads them (min_replicas 0); 0 = never sleep",
     )
+    policy: KeepAlivePolicyName = Field(
+        default="fixed",
+        description="Keep-alive policy: fixed (unload after idle_timeout_s) or adaptive "
+        "(learned from the model's idle times: unload sooner, pre-warm before the predicted "
+        "next request; idle_timeout_s is the longest it keeps a replica idle)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
@@ -117,6 +127,7 @@ class ScalingPatch(_Strict):
     target_concurrency: float | None = Field(default=None, gt=0, le=1_000_000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=30 * 86400)
     sleep_after_s: float | None = Field(default=None, ge=0, le=30 * 86400)
+    policy: KeepAlivePolicyName | None = None
 
 
 class ResourcesPatch(_Strict):
@@ -408,6 +419,28 @@ class Activations(BaseModel):
 
     model: str
     activations: list[dict[str, Any]]
+
+
+class ReplicaSeconds(BaseModel):
+    """Replica-seconds of one model (GPU-seconds on GPU pools, device-seconds on CPU)."""
+
+    serving: float = Field(description="Loaded with requests in flight")
+    idle: float = Field(description="Loaded without a request")
+    loading: float = Field(description="Spent loading (cold starts and pre-warms)")
+
+
+class UsageView(BaseModel):
+    """What a model cost over [start, end) (wall-clock seconds; hourly buckets)."""
+
+    model: str
+    start: float
+    end: float
+    device: Device
+    bucket_s: float = Field(description="Resolution: buckets overlapping the range count")
+    replica_seconds: ReplicaSeconds
+    activations: int
+    cold_starts: int = Field(description="Activations a request waited for")
+    cold_start_wait_s: float = Field(description="Time those requests waited, summed")
 
 
 class WorkerView(BaseModel):

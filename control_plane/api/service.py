@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from control_plane import usage
 from control_plane.api import schemas
 from control_plane.backends.base import PodBackend
 from control_plane.errors import (
@@ -245,6 +246,26 @@ class AdminService:
         await self._settle_reload(name)
         await self._retire_all(name, reason="admin")
         return await self.get(name)
+
+    async def usage(self, name: str, *, start: float, end: float) -> schemas.UsageView:
+        """What ``name`` cost over [start, end) (the reaper writes it every few seconds)."""
+        record = await self._record(name)
+        doc = await self._store.get_model_state(name, usage.STATE_KEY)
+        ledger = usage.UsageLedger.from_json(doc) if doc else usage.UsageLedger()
+        total = usage.totals(ledger, start=start, end=end)
+        return schemas.UsageView(
+            model=name,
+            start=start,
+            end=end,
+            device=record.resources.device,  # type: ignore[arg-type]
+            bucket_s=usage.BUCKET_S,
+            replica_seconds=schemas.ReplicaSeconds(
+                serving=total.serving_s, idle=total.idle_s, loading=total.loading_s
+            ),
+            activations=total.activations,
+            cold_starts=total.cold_starts,
+            cold_start_wait_s=total.cold_start_wait_s,
+        )
 
     async def activations(self, name: str) -> schemas.Activations:
         await self._record(name)

@@ -83,9 +83,9 @@ class PoolPlacers:
 
     # ---- by model ----
 
-    async def place(self, model: ModelRecord) -> PlaceResult:
+    async def place(self, model: ModelRecord, *, may_evict: bool = True) -> PlaceResult:
         """``Placer.place`` on the model's pool."""
-        return await self._placers[self.pool_of(model)].place(model)
+        return await self._placers[self.pool_of(model)].place(model, may_evict=may_evict)
 
     async def reload(self, model: ModelRecord) -> None:
         """``Placer.reload`` on the model's pool; a replica left on another pool's worker

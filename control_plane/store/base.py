@@ -163,6 +163,16 @@ class StateStore(abc.ABC):
         """Ids of keys as they are revoked. Starts with ``foundation.keys.ALL_KEYS`` (and
         yields it again after a reconnect or an overflow): forget every cached key."""
 
+    # ---- per-model control state (what policies learn, kept across failovers) ----
+    @abc.abstractmethod
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        """Keep ``doc`` (JSON-ready) under ``key`` for ``model``, replacing an earlier one;
+        ``delete_model`` removes all of the model's. Last writer wins."""
+
+    @abc.abstractmethod
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        """The doc kept under ``key`` for ``model``; None when there is none."""
+
     # ---- lease: only one control plane acts ----
     @abc.abstractmethod
     async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:

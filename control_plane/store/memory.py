@@ -145,6 +145,8 @@ class MemoryStateStore(StateStore):
         self._traffic: dict[str, dict[str, tuple[bytes, float]]] = {}
         # model -> timelines, newest first
         self._timelines: dict[str, deque[bytes]] = {}
+        self._model_state: dict[str, dict[str, bytes]] = {}
+        """model -> key -> JSON doc (what keep-alive policies learn)."""
         self._lease: _Lease | None = None
         self._keys: dict[str, bytes] = {}
         self._revocation_boxes: set[_Mailbox[str]] = set()
@@ -196,6 +198,7 @@ class MemoryStateStore(StateStore):
         self._traffic.pop(name, None)
         self._timelines.pop(name, None)
         self._pending.pop(name, None)
+        self._model_state.pop(name, None)
         return existed
 
     # ---- workers ----
@@ -452,6 +455,16 @@ class MemoryStateStore(StateStore):
                 yield key_id
         finally:
             self._revocation_boxes.discard(box)
+
+    # ---- per-model control state ----
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        self._check_open("put_model_state")
+        self._model_state.setdefault(model, {})[key] = orjson.dumps(doc)
+
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        self._check_open("get_model_state")
+        raw = self._model_state.get(model, {}).get(key)
+        return None if raw is None else orjson.loads(raw)
 
     # ---- lease ----
     async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:

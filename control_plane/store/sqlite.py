@@ -65,6 +65,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS activations (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
     "model TEXT NOT NULL, timeline_id TEXT, body BLOB NOT NULL)",
     "CREATE INDEX IF NOT EXISTS activations_by_model ON activations (model, seq)",
+    # What the control plane learns per model (idle-time histograms, usage ledgers).
+    "CREATE TABLE IF NOT EXISTS model_state (model TEXT NOT NULL, key TEXT NOT NULL, "
+    "body BLOB NOT NULL, PRIMARY KEY (model, key)) WITHOUT ROWID",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -174,6 +177,7 @@ class SqliteStateStore(StateStore):
             with _transaction(db):
                 gone = db.execute("DELETE FROM records WHERE kind = ? AND id = ?", (_MODEL, name))
                 db.execute("DELETE FROM activations WHERE model = ?", (name,))
+                db.execute("DELETE FROM model_state WHERE model = ?", (name,))
                 return gone.rowcount > 0
 
         existed = await self._run("delete_model", delete)
@@ -279,6 +283,29 @@ class SqliteStateStore(StateStore):
 
     async def traffic(self, model: str) -> list[TrafficReport]:
         return await self._live.traffic(model)
+
+    # ---- per-model control state ----
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        body = orjson.dumps(doc)
+
+        def put(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.execute(
+                    "INSERT OR REPLACE INTO model_state (model, key, body) VALUES (?, ?, ?)",
+                    (model, key, body),
+                )
+
+        await self._run("put_model_state", put)
+
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        def read(db: sqlite3.Connection) -> bytes | None:
+            row = db.execute(
+                "SELECT body FROM model_state WHERE model = ? AND key = ?", (model, key)
+            ).fetchone()
+            return None if row is None else bytes(row[0])
+
+        raw = await self._run("get_model_state", read)
+        return None if raw is None else _document(raw)
 
     # ---- API keys (kept in the file; revocations told through the live part) ----
     async def create_key(self, record: ApiKeyRecord) -> None:

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
         pytest.param("loadgen_ceiling.py", [], None, "ceiling", id="loadgen_ceiling"),
         pytest.param("scale_from_zero.py", [], None, "targets:", id="scale_from_zero"),
         pytest.param("cold_start.py", [], "s3rver", "floor", id="cold_start"),
+        pytest.param("keepalive.py", [], None, "oracle distance", id="keepalive"),
     ],
 )
 def test_quick_run_finishes_and_reports(

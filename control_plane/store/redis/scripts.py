@@ -64,6 +64,9 @@ class Keys:
     def traffic_expiry(self, model: str) -> str:
         return f"{self.prefix}traffic-expiry:{model}"
 
+    def model_state(self, model: str) -> str:
+        return f"{self.prefix}model-state:{model}"
+
 
 _NOW_MS = """
 local t = redis.call('TIME')

@@ -187,6 +187,9 @@ class RedisStateStore(StateStore):
             # A replay after a lost answer would find nothing and report False.
             replay_safe=False,
         )
+        # Learned state is the model's too; after the record (a reaper that saw the model
+        # just before it went would write it again, which the next delete cleans up).
+        await self._run("delete_model", lambda: self._client.delete(self._keys.model_state(name)))
         return bool(existed)
 
     # ---- workers ----
@@ -450,6 +453,19 @@ class RedisStateStore(StateStore):
             on_connect=_forget_all_keys,
             decode=model_name,
         )
+
+    # ---- per-model control state ----
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        await self._run(
+            "put_model_state",
+            lambda: self._client.hset(self._keys.model_state(model), key, orjson.dumps(doc)),
+        )
+
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        raw = await self._run(
+            "get_model_state", lambda: self._client.hget(self._keys.model_state(model), key)
+        )
+        return None if raw is None else dict(orjson.loads(raw))
 
     # ---- lease ----
     async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:

@@ -557,6 +557,31 @@ async def test_activations_need_keep_of_at_least_one(store: StateStore):
         await store.add_activation("mlp", {}, keep=0)
 
 
+# ---- per-model control state ----
+
+
+async def test_model_state_is_kept_per_model_and_key_and_replaced(store: StateStore):
+    assert await store.get_model_state("mlp", "keepalive") is None
+    doc = {"counts": [0.5, 1.25], "updated_at": None, "nested": {"x": [1, 2]}}
+    await store.put_model_state("mlp", "keepalive", doc)
+    await store.put_model_state("mlp", "other", {"n": 1})
+    await store.put_model_state("resnet", "keepalive", {"n": 2})
+    assert await store.get_model_state("mlp", "keepalive") == doc
+    await store.put_model_state("mlp", "keepalive", {"n": 3})
+    assert await store.get_model_state("mlp", "keepalive") == {"n": 3}
+    assert await store.get_model_state("mlp", "other") == {"n": 1}
+    assert await store.get_model_state("resnet", "keepalive") == {"n": 2}
+
+
+async def test_delete_model_forgets_its_state(store: StateStore):
+    await store.create_model(model("mlp"))
+    await store.put_model_state("mlp", "keepalive", {"n": 1})
+    await store.put_model_state("resnet", "keepalive", {"n": 2})
+    assert await store.delete_model("mlp") is True
+    assert await store.get_model_state("mlp", "keepalive") is None
+    assert await store.get_model_state("resnet", "keepalive") == {"n": 2}
+
+
 # ---- lease ----
 
 
