@@ -27,6 +27,7 @@ from tests.integration.test_platform_e2e import (
     assert_mlp_answer,
     eventually,
     infer,
+    infer_body,
     mlp_input,
     register,
     start_platform,
@@ -48,8 +49,8 @@ def platforms(tmp_path: Path) -> Iterator[Callable[..., Platform]]:
     are checked gone. Platforms of one name share their data folder (their default state)."""
     started: list[Platform] = []
 
-    def start(name: str, *args: str) -> Platform:
-        platform = start_platform(tmp_path, name, *args)
+    def start(name: str, *args: str, **env: Any) -> Platform:
+        platform = start_platform(tmp_path, name, *args, **env)
         started.append(platform)
         return platform
 
@@ -100,6 +101,55 @@ async def test_registrations_and_activation_history_survive_a_restart(
     assert activations["activations"] == timelines
     # Nothing of the first platform's workers is believed: the model starts again from zero.
     assert_mlp_answer(await infer(client, second, "kept", x), model_dir, x)
+
+
+async def test_keys_and_their_revocations_survive_a_restart(
+    tmp_path: Path, platforms: Callable[..., Platform], client: httpx.AsyncClient
+):
+    keyed = {"ZEROSERVE_ACTIVATOR_AUTH": "keys"}
+    first = platforms("keyed", **keyed)
+    model_dir = write_onnx_mlp(first.models_dir, "guarded", SIZES, seed=5)
+    await register(client, first, model_dir)
+    made = {}
+    for name in ("kept", "revoked"):
+        response = await client.post(
+            f"{first.admin}/admin/v1/keys",
+            json={"name": name, "models": ["guarded"]},
+            headers=AUTH,
+        )
+        assert response.status_code == 201, response.text
+        made[name] = response.json()
+    revoked = await client.post(
+        f"{first.admin}/admin/v1/keys/{made['revoked']['id']}/revoke", headers=AUTH
+    )
+    assert revoked.status_code == 200, revoked.text
+    x = mlp_input(5)
+
+    async def call(platform: Platform, key: str) -> httpx.Response:
+        return await client.post(
+            f"{platform.public}/v2/models/guarded/infer",
+            json=infer_body(x),
+            headers={"Authorization": f"Bearer {key}"},
+        )
+
+    assert_mlp_answer(await call(first, made["kept"]["key"]), model_dir, x)
+    assert first.stop() == 0, first.log()
+
+    second = platforms("keyed", **keyed)
+    listed = {key["id"]: key for key in (await admin_get(client, second, "/keys"))["keys"]}
+    assert set(listed) == {made["kept"]["id"], made["revoked"]["id"]}
+    assert listed[made["revoked"]["id"]]["state"] == "revoked"
+    assert listed[made["kept"]["id"]]["state"] == "active"
+    assert_mlp_answer(await call(second, made["kept"]["key"]), model_dir, x)
+    assert (await call(second, made["revoked"]["key"])).status_code == 401
+    # The state file (and its write-ahead log) holds the keys' hashes, never a key.
+    folder = tmp_path / "keyed-data" / "zeroserve"
+    stored = b"".join(path.read_bytes() for path in folder.glob("state.db*"))
+    assert made["kept"]["id"].encode() in stored
+    for name in ("kept", "revoked"):
+        secret = made[name]["key"].rsplit("_", 1)[1]
+        assert secret.encode() not in stored
+        assert made[name]["key"] not in first.log() + second.log()
 
 
 async def test_memory_state_is_forgotten_on_restart(
