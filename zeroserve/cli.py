@@ -590,7 +590,7 @@ def registration_body(args: argparse.Namespace) -> dict[str, object]:
 
     Raises ValueError when ``--config`` is not JSON."""
     # The platform may run elsewhere than this command: a relative folder is the caller's.
-    storage_uri = absolute_local(args.storage_uri, Path.cwd())
+    storage_uri = None if args.storage_uri is None else absolute_local(args.storage_uri, Path.cwd())
     body: dict[str, object] = {"name": args.name, "storage_uri": storage_uri}
     for option in ("backend", "platform", "bls_models"):
         if getattr(args, option) is not None:
@@ -648,6 +648,13 @@ def _update_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser])
         ("--sleep-after-s", float, "LLMs: sleep when idle this long (0: never)"),
     ):
         update.add_argument(option, type=kind, default=None, help=text)
+    update.add_argument(
+        "--keep-alive",
+        dest="policy",
+        choices=["fixed", "adaptive"],
+        default=None,
+        help="keep-alive policy: fixed (idle-timeout) or adaptive (learned, pre-warms)",
+    )
     update.add_argument("--device", choices=["cpu", "cuda"], default=None, help="where it runs")
     update.add_argument(
         "--memory-bytes", type=int, default=None, help="memory one loaded replica takes"

@@ -117,8 +117,18 @@ def add_simulate_parser(
         "--replan-s", type=float, default=600.0, help="how often plans are refreshed"
     )
     parser.add_argument("--plot", type=Path, default=None, help="write the curves to this PNG")
-    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
-    parser.add_argument("--log-level", default="warning")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json"],
+        default="table",
+        help="table: one Markdown row per policy; json: every figure, for scripts",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        help="how much the command logs: debug, info, warning or error",
+    )
     return parser
 
 

@@ -91,8 +91,12 @@ def run(
             emit(client.call("PATCH", path, body), _MODEL_FIELDS, output, out=out)
         elif command == "show":
             view = client.call("GET", path)
-            view["usage_24h"] = client.call("GET", f"{path}/usage")
-            emit(view, _SHOW_FIELDS, output, out=out)
+            if output == "table":
+                # json and yaml print the API's document as it is; its usage is /usage's.
+                view["usage_24h"] = client.call("GET", f"{path}/usage")
+                emit(view, _SHOW_FIELDS, output, out=out)
+            else:
+                emit(view, _MODEL_FIELDS, output, out=out)
         elif command == "activations":
             doc = client.call("GET", f"{path}/activations")
             emit(doc, _ACTIVATION_COLUMNS, output, items="activations", out=out)
@@ -312,7 +316,11 @@ def run_keys(
         elif command == "show":
             emit(client.call("GET", path), _KEY_COLUMNS, output, out=out)
         elif command == "revoke":
-            emit(client.call("POST", f"{path}/revoke"), _KEY_COLUMNS, output, out=out)
+            revoked = client.call("POST", f"{path}/revoke")
+            if output == "table":
+                print(f"revoked key {revoked['id']} ({revoked['name']})", file=out)
+            else:
+                emit(revoked, _KEY_COLUMNS, output, out=out)
         else:
             raise ValueError(f"unknown command {command!r}")
     except AdminApiError as exc:

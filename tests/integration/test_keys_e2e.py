@@ -36,7 +36,7 @@ from tests.integration.test_platform_e2e import (
     start_platform,
 )
 from tests.llm_model import prompt, write_tiny_llm
-from tests.models import load_mlp_weights, mlp_reference, write_onnx_mlp
+from tests.models import load_mlp_weights, mlp_reference, write_onnx_mlp, write_python_model
 
 openai = pytest.importorskip("openai")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -51,6 +51,23 @@ WAIT_S = 120.0
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
+
+
+GATED_MODEL = """\
+import time
+from pathlib import Path
+
+
+class TritonPythonModel:
+    def execute(self, inputs):
+        gate = Path("{gate}")
+        (gate.parent / "q_gate_waiting").touch()
+        deadline = time.monotonic() + 120
+        while not gate.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return {{"OUTPUT0": inputs["INPUT0"]}}
+"""
+"""A model that answers only once the file ``gate`` exists, and says it is waiting."""
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +174,7 @@ async def test_keys_on_http_and_tritonclient_http(
     expired = await create_key(http, up, tokens, expires_at=1_000_000.0)
     revoked = await create_key(http, up, tokens)
     assert "revoked key" in (await cli(up, "revoke", key_id(revoked))).stdout
-    listed = json.loads((await cli(up, "-o", "json", "ls")).stdout)
+    listed = json.loads((await cli(up, "-o", "json", "ls")).stdout)["keys"]
     states = {k["id"]: k["state"] for k in listed}
     assert states[key_id(revoked)] == "revoked" and states[key_id(expired)] == "expired"
     assert states[key_id(full)] == states[key_id(scoped)] == "active"
@@ -308,6 +325,30 @@ async def test_quotas_refuse_with_429_and_resource_exhausted(
     assert (await http.post(url, json=infer_body(x), headers=bearer(starter))).status_code == 200
     assert (await http.post(url, json=infer_body(x), headers=bearer(no_starts))).status_code == 200
 
+    # One request in flight: while a model holds the key's request (it answers only once a
+    # file exists), the key's next request, to any model, is refused; then both are served.
+    gate = up.models_dir / "q_gate_open"
+    gated_dir = write_python_model(up.models_dir, "q_gated", source=GATED_MODEL.format(gate=gate))
+    await register(http, up, gated_dir)
+    single = await create_key(http, up, tokens, limits={"max_in_flight": 1})
+    gated_body = {
+        "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 2], "data": [3, 4]}]
+    }
+    held = asyncio.create_task(
+        http.post(f"{up.public}/v2/models/q_gated/infer", json=gated_body, headers=bearer(single))
+    )
+
+    async def executing() -> bool:
+        return (up.models_dir / "q_gate_waiting").exists()
+
+    await eventually(executing, "the gated model holding a request", up)
+    response = await http.post(url, json=infer_body(x), headers=bearer(single))
+    assert response.status_code == 429, response.text
+    assert "requests in flight" in response.json()["error"]
+    gate.touch()
+    assert (await held).status_code == 200
+    assert (await http.post(url, json=infer_body(x), headers=bearer(single))).status_code == 200
+
     # One request per ~17 minutes, burst 1: the second is refused, over HTTP and gRPC.
     slow = await create_key(http, up, tokens, limits={"requests_per_s": 0.001, "burst": 1})
     assert (await http.post(url, json=infer_body(x), headers=bearer(slow))).status_code == 200
@@ -341,7 +382,7 @@ async def test_openai_client_with_api_key_chat_streaming_and_revocation(
     created = await http.post(f"{up.admin}/admin/v1/models", json=body, headers=AUTH)
     assert created.status_code == 201, created.text
     good = await create_key(http, up, tokens, models=["k_tiny"])
-    one_at_a_time = await create_key(http, up, tokens, limits={"max_in_flight": 1})
+    one_at_a_time = await create_key(http, up, tokens, limits={"requests_per_s": 0.001, "burst": 1})
     messages = [{"role": "user", "content": prompt("the", "fox")}]
 
     def client(token: str) -> Any:
@@ -364,17 +405,18 @@ async def test_openai_client_with_api_key_chat_streaming_and_revocation(
             await api.chat.completions.create(model="k_tiny", messages=messages, max_tokens=2)
         assert unknown.value.body["code"] == "invalid_api_key"
 
-    # A stream holds the key's one in-flight place: a second request meanwhile is 429.
+    # One request per ~17 minutes, burst 1: a stream takes the token, the next request is
+    # 429 in OpenAI's shape (the in-flight bound is held deterministically in the quota test,
+    # by a model that answers only when told).
     async with client(one_at_a_time) as api:
         stream = await api.chat.completions.create(
             model="k_tiny", messages=messages, max_tokens=24, temperature=0, stream=True
         )
-        chunks = [await anext(aiter(stream))]
+        chunks = [chunk async for chunk in stream]
+        assert chunks[-1].choices[0].finish_reason in ("length", "stop")
         with pytest.raises(openai.RateLimitError) as limited:
             await api.chat.completions.create(model="k_tiny", messages=messages, max_tokens=2)
         assert limited.value.body["code"] == "rate_limit_exceeded"
-        chunks += [chunk async for chunk in stream]
-        assert chunks[-1].choices[0].finish_reason in ("length", "stop")
 
     # Revoked while its stream is open: the stream ends normally, later requests are 401.
     async with client(good) as api:
