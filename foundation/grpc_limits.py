@@ -7,7 +7,7 @@ Triton's defaults. Message sizes are bounded (Triton takes up to 2 GiB in).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +24,18 @@ class GrpcLimits(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True)
+
+    grpc_frontend: Literal["aio", "h2corn"] = "aio"
+    """What carries gRPC: ``aio`` (grpcio's grpc.aio server) or ``h2corn`` (Rust HTTP/2
+    with zeroserve's own gRPC layer, several times less CPU per call; no server keepalive
+    pings or ping-strike limits: see docs/operating/grpc.md). The activator serves with
+    grpc.aio whatever this says."""
+    grpc_http2_max_concurrent_streams: int = Field(default=256, ge=1, le=_INT32_MAX)
+    """Calls at once on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS), for the
+    ``h2corn`` front end; grpc.aio sets none."""
+    grpc_h2corn_threads: int = Field(default=1, ge=1, le=64)
+    """Threads doing the ``h2corn`` front end's socket I/O and HTTP/2 framing (its
+    handlers run on the event loop)."""
 
     grpc_max_receive_bytes: int = Field(default=64 * 2**20, ge=1024, le=_INT32_MAX)
     """Largest request message; past it the call fails with RESOURCE_EXHAUSTED before the

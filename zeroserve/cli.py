@@ -37,6 +37,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=None,
         help="port of the gRPC server (default 8001, as Triton's); 0 serves no gRPC",
     )
+    serve.add_argument(
+        "--grpc-frontend",
+        choices=["aio", "h2corn"],
+        default=None,
+        help="what carries gRPC: aio (grpcio's server) or h2corn (Rust HTTP/2, less CPU a "
+        "call); see docs/operating/grpc.md",
+    )
     serve.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none")
     serve.add_argument(
         "--repository-poll-secs",
@@ -118,6 +125,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["exit_timeout_s"] = args.exit_timeout_secs
     if args.grpc_port is not None:
         overrides["grpc_port"] = args.grpc_port
+    if args.grpc_frontend is not None:
+        overrides["grpc_frontend"] = args.grpc_frontend
     if args.repository_poll_secs is not None:
         overrides["repository_poll_s"] = args.repository_poll_secs
     if args.id is not None:
