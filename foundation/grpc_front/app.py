@@ -80,9 +80,16 @@ class _Call:
         self._max_send_bytes = max_send_bytes
         self.is_started = False
 
+    async def _send_or_gone(self, event: dict[str, object]) -> None:
+        try:
+            await self._send(event)
+        except OSError:
+            # The ASGI server's answer to a send after the client reset the stream.
+            raise ClientGoneError from None
+
     async def start(self) -> None:
         self.is_started = True
-        await self._send(
+        await self._send_or_gone(
             {
                 "type": "http.response.start",
                 "status": 200,
@@ -99,13 +106,15 @@ class _Call:
             )
         if not self.is_started:
             await self.start()
-        await self._send({"type": "http.response.body", "body": frame(data), "more_body": True})
+        await self._send_or_gone(
+            {"type": "http.response.body", "body": frame(data), "more_body": True}
+        )
 
     async def end(self, trailers: list[tuple[bytes, bytes]]) -> None:
         if not self.is_started:
             await self.start()
-        await self._send({"type": "http.response.body", "body": b"", "more_body": False})
-        await self._send({"type": "http.response.trailers", "headers": trailers})
+        await self._send_or_gone({"type": "http.response.body", "body": b"", "more_body": False})
+        await self._send_or_gone({"type": "http.response.trailers", "headers": trailers})
 
 
 class GrpcApp:
