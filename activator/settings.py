@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,6 +22,10 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
+
+    grpc_frontend: Literal["aio"] = "aio"
+    """The activator's gRPC server is grpc.aio's (its router forwards calls through grpc.aio
+    channels and contexts); the data plane's h2corn front end does not serve it yet."""
 
     host: str = "127.0.0.1"
     """Address the public HTTP server binds."""

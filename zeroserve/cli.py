@@ -41,8 +41,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--grpc-frontend",
         choices=["aio", "h2corn"],
         default=None,
-        help="what carries gRPC: aio (grpcio's server) or h2corn (Rust HTTP/2, less CPU a "
-        "call); see docs/operating/grpc.md",
+        help="what carries gRPC: h2corn (the default: Rust HTTP/2, less CPU a call) or aio "
+        "(grpcio's server, for its keepalive settings); see docs/operating/grpc.md",
     )
     serve.add_argument("--model-control-mode", choices=["none", "explicit", "poll"], default="none")
     serve.add_argument(

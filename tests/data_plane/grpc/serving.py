@@ -20,7 +20,7 @@ from tests.data_plane.server_app import Core, data_plane_core
 START_TIMEOUT_S = 120.0
 FRONTEND_VARIABLE = "ZEROSERVE_DATA_PLANE_GRPC_FRONTEND"
 """Names the front end the gRPC tests serve with where they do not choose one (``aio`` or
-``h2corn``; unset: `GrpcLimits`' default), so the whole suite runs on either."""
+``h2corn``; unset: `GrpcLimits`' default, h2corn), so the whole suite runs on either."""
 
 
 def limits_under_test(**fields: Any) -> GrpcLimits:

@@ -84,17 +84,20 @@ def terminated(events: Sequence[h2.events.Event]) -> bool:
 
 
 def test_rapid_reset_is_cut_off(front: Front, client: RawH2) -> None:
-    for i in range(5000):
+    # Encoded first and sent at once, so that the server meets them at wire speed
+    # whatever else the machine is doing.
+    for _ in range(5000):
         stream_id = client.conn.get_next_available_stream_id()
         client.conn.send_headers(stream_id, grpc_request_headers("Slow"))
         client.conn.reset_stream(stream_id)
-        if i % 100 == 0 and not client.send_raw(client.conn.data_to_send()):
-            break
-    client.flush()
+    client.send_raw(client.conn.data_to_send())
     client.read_until(terminated)
+    # The server cuts the connection off: with GOAWAY ENHANCE_YOUR_CALM, or, where it
+    # closes with the flood still unread, a reset that can overtake that GOAWAY.
+    assert client.is_closed or client.goaway() is not None
     goaway = client.goaway()
-    assert goaway is not None
-    assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
+    if goaway is not None:
+        assert goaway.error_code == ErrorCodes.ENHANCE_YOUR_CALM
 
 
 def test_hpack_bomb_is_refused(client: RawH2) -> None:
@@ -166,7 +169,9 @@ def test_oversized_message_is_refused_from_its_prefix(client: RawH2) -> None:
     assert dict(trailers.headers) == {b"grpc-status": b"8", b"grpc-message": expected.encode()}
 
 
-def test_stalled_flow_control_window_holds_only_its_own_stream(front: Front) -> None:
+def test_stalled_flow_control_window_holds_only_its_own_stream(
+    front: Front, caplog: pytest.LogCaptureFixture
+) -> None:
     # A client that lets nothing be sent to it: the server stops reading its stream once
     # its answers fill the buffers, instead of buffering them without end.
     client = RawH2(front.address, {SETTINGS.INITIAL_WINDOW_SIZE: 0})
@@ -194,6 +199,13 @@ def test_stalled_flow_control_window_holds_only_its_own_stream(front: Front) -> 
         assert call(front.address, "Echo", b"ab") == b"ba"
     finally:
         client.close()
+    # The held stream's answers meet a closed connection (h2corn raises its
+    # SendAfterCloseError, an OSError): the call ends quietly, not as a logged bug.
+    deadline = time.monotonic() + WAIT_S
+    while front.app.active_rpcs:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not [r for r in caplog.records if r.name.startswith("foundation.grpc_front")]
 
 
 def test_ping_flood_is_answered_without_harm(client: RawH2) -> None:
