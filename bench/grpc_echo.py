@@ -25,7 +25,7 @@ from typing import Any, Final
 import grpc
 import uvloop
 
-from foundation.grpc_front.app import GrpcApp, Metadata, StreamRpc, UnaryRpc
+from foundation.grpc_front.app import CallContext, GrpcApp, StreamRpc, UnaryRpc
 from foundation.grpc_front.server import serve_grpc_front
 from foundation.grpc_limits import GrpcLimits
 from foundation.proto import grpc_service_pb2 as pb
@@ -92,7 +92,7 @@ def _front_rpcs(echo: _Echo) -> dict[str, UnaryRpc | StreamRpc]:
     """The echo's methods for `foundation.grpc_front` (no context: the echo uses none)."""
 
     def unary(method: Any) -> UnaryRpc:
-        async def handle(request: bytes, metadata: Metadata) -> bytes:
+        async def handle(request: bytes, call: CallContext) -> bytes:
             answer: bytes = await method(request, None)
             return answer
 

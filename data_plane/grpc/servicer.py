@@ -35,7 +35,7 @@ from data_plane.grpc.stream import (
 )
 from data_plane.handlers import Handlers
 from data_plane.handlers.infer import InferResponse
-from foundation.grpc_front.app import ClientGoneError, Metadata, StreamRpc, UnaryRpc
+from foundation.grpc_front.app import CallContext, ClientGoneError, StreamRpc, UnaryRpc
 from foundation.grpc_front.wire import RpcStatusError
 from foundation.proto import grpc_service_pb2 as pb
 
@@ -295,7 +295,7 @@ def _status_error(exc: Exception, rpc: str) -> RpcStatusError:
 def _front_unary(
     name: str, request_class: type[Message], method: Callable[[Any], Awaitable[Message]]
 ) -> UnaryRpc:
-    async def handle(data: bytes, metadata: Metadata) -> bytes:
+    async def handle(data: bytes, call: CallContext) -> bytes:
         try:
             response = await method(parse(request_class, data))
         except Exception as exc:
@@ -308,7 +308,7 @@ def _front_unary(
 def _front_stream(
     name: str, method: Callable[[AsyncIterator[bytes]], AsyncIterator[Message]]
 ) -> StreamRpc:
-    async def handle(requests: AsyncIterator[bytes], metadata: Metadata) -> AsyncIterator[bytes]:
+    async def handle(requests: AsyncIterator[bytes], call: CallContext) -> AsyncIterator[bytes]:
         try:
             async for response in method(requests):
                 yield response.SerializeToString()

@@ -32,7 +32,7 @@ from foundation.grpc_front.wire import (
     status_trailers,
 )
 
-__all__ = ["ClientGoneError", "GrpcApp", "Metadata", "StreamRpc", "UnaryRpc"]
+__all__ = ["CallContext", "ClientGoneError", "GrpcApp", "Metadata", "StreamRpc", "UnaryRpc"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,11 +49,27 @@ _OK: Final = status_trailers(grpc.StatusCode.OK, "")
 
 
 @dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a handler may read of its call besides the messages."""
+
+    metadata: Metadata
+    """The request headers (gRPC's own ``grpc-*`` and the pseudo-headers included)."""
+    deadline: float | None
+    """The client's deadline on the event loop's clock (``loop.time()``), or None."""
+
+    def time_remaining(self) -> float | None:
+        """Seconds left until the deadline (0 when past), or None without one."""
+        if self.deadline is None:
+            return None
+        return max(self.deadline - asyncio.get_running_loop().time(), 0.0)
+
+
+@dataclass(frozen=True, slots=True)
 class UnaryRpc:
     """A method taking one message and answering one; ``handle`` raises RpcStatusError to
     end the call with another status."""
 
-    handle: Callable[[bytes, Metadata], Awaitable[bytes]]
+    handle: Callable[[bytes, CallContext], Awaitable[bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +77,7 @@ class StreamRpc:
     """A bidirectional streaming method: ``handle`` gets the request messages as they
     arrive and yields its answers; raising RpcStatusError ends the call with its status."""
 
-    handle: Callable[[AsyncIterator[bytes], Metadata], AsyncIterator[bytes]]
+    handle: Callable[[AsyncIterator[bytes], CallContext], AsyncIterator[bytes]]
 
 
 class ClientGoneError(Exception):
@@ -182,18 +198,22 @@ class GrpcApp:
                     f"Compression algorithm {encoding!r} not supported",
                 )
             reader = MessageReader(self._max_receive_bytes, encoding)
+            deadline = None
+            if timeout_s is not None:
+                deadline = asyncio.get_running_loop().time() + timeout_s
+            context = CallContext(metadata, deadline)
             try:
-                async with asyncio.timeout(timeout_s):
+                async with asyncio.timeout_at(deadline):
                     if isinstance(rpc, UnaryRpc):
-                        await self._unary(rpc, metadata, reader, receive, call)
+                        await self._unary(rpc, context, reader, receive, call)
                     else:
-                        await self._stream(rpc, metadata, reader, receive, call)
+                        await self._stream(rpc, context, reader, receive, call)
             except TimeoutError:
                 raise RpcStatusError(
                     grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
                 ) from None
         except RpcStatusError as exc:
-            trailers = status_trailers(exc.code, exc.message)
+            trailers = status_trailers(exc.code, exc.message) + list(exc.trailers)
         except ClientGoneError:
             raise
         except Exception:
@@ -204,7 +224,7 @@ class GrpcApp:
 
     @staticmethod
     async def _unary(
-        rpc: UnaryRpc, metadata: Metadata, reader: MessageReader, receive: Receive, call: _Call
+        rpc: UnaryRpc, context: CallContext, reader: MessageReader, receive: Receive, call: _Call
     ) -> None:
         messages: list[bytes] = []
         while True:
@@ -219,11 +239,11 @@ class GrpcApp:
             raise RpcStatusError(
                 grpc.StatusCode.INTERNAL, f"a unary call takes one message, got {len(messages)}"
             )
-        await call.message(await rpc.handle(messages[0], metadata))
+        await call.message(await rpc.handle(messages[0], context))
 
     @staticmethod
     async def _stream(
-        rpc: StreamRpc, metadata: Metadata, reader: MessageReader, receive: Receive, call: _Call
+        rpc: StreamRpc, context: CallContext, reader: MessageReader, receive: Receive, call: _Call
     ) -> None:
         async def requests() -> AsyncIterator[bytes]:
             while True:
@@ -238,7 +258,7 @@ class GrpcApp:
 
         # Headers first: a streaming client waits for them before it reads answers.
         await call.start()
-        answers = rpc.handle(requests(), metadata)
+        answers = rpc.handle(requests(), context)
         async with contextlib.aclosing(answers):  # type: ignore[type-var]
             async for answer in answers:
                 await call.message(answer)

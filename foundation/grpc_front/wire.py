@@ -11,6 +11,7 @@ import gzip
 import struct
 import urllib.parse
 import zlib
+from collections.abc import Sequence
 from typing import Final
 
 import grpc
@@ -40,12 +41,19 @@ _MESSAGE_SAFE: Final = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%
 
 class RpcStatusError(Exception):
     """Ends a call with ``code`` and ``message`` (what a servicer raises, and what the
-    front end raises for a protocol fault it answers with a status)."""
+    front end raises for a protocol fault it answers with a status), and ``trailers``
+    beside them (encoded header pairs, e.g. ``grpc-retry-pushback-ms``)."""
 
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        trailers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.trailers = trailers
 
 
 def frame(message: bytes) -> bytes:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from foundation.grpc_front.app import GrpcApp, Metadata, StreamRpc, UnaryRpc
+from foundation.grpc_front.app import CallContext, GrpcApp, Metadata, StreamRpc, UnaryRpc
 from foundation.grpc_front.server import serve_grpc_front
 from foundation.grpc_front.wire import RpcStatusError
 from foundation.grpc_limits import GrpcLimits
@@ -28,27 +28,31 @@ class Recorder:
     """What the methods saw, read from the test's thread once calls are over."""
 
     metadata: list[Metadata] = field(default_factory=list)
+    time_remaining: list[float | None] = field(default_factory=list)
     cancelled: int = 0
     slow_started: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
 
 def example_rpcs(recorder: Recorder) -> dict[str, UnaryRpc | StreamRpc]:
     """``/t.Test/Echo`` (answers the request reversed), ``Big`` (a request of ``n`` ASCII
-    digits: that many bytes back), ``Fail`` (INVALID_ARGUMENT with the request as text),
-    ``Slow`` (waits the seconds the request says, or
+    digits: that many bytes back), ``Fail`` (INVALID_ARGUMENT with the request as text and
+    an ``x-why`` trailer), ``Slow`` (waits the seconds the request says, or
     :data:`SLOW_S`, counting cancellations) and ``Chat`` (each message back twice)."""
 
-    async def echo(data: bytes, metadata: Metadata) -> bytes:
-        recorder.metadata.append(metadata)
+    async def echo(data: bytes, call: CallContext) -> bytes:
+        recorder.metadata.append(call.metadata)
+        recorder.time_remaining.append(call.time_remaining())
         return data[::-1]
 
-    async def big(data: bytes, metadata: Metadata) -> bytes:
+    async def big(data: bytes, call: CallContext) -> bytes:
         return b"x" * int(data)
 
-    async def fail(data: bytes, metadata: Metadata) -> bytes:
-        raise RpcStatusError(grpc.StatusCode.INVALID_ARGUMENT, data.decode())
+    async def fail(data: bytes, call: CallContext) -> bytes:
+        raise RpcStatusError(
+            grpc.StatusCode.INVALID_ARGUMENT, data.decode(), [(b"x-why", b"a test")]
+        )
 
-    async def slow(data: bytes, metadata: Metadata) -> bytes:
+    async def slow(data: bytes, call: CallContext) -> bytes:
         recorder.slow_started.release()
         try:
             await asyncio.sleep(float(data) if data else SLOW_S)
@@ -57,7 +61,7 @@ def example_rpcs(recorder: Recorder) -> dict[str, UnaryRpc | StreamRpc]:
             raise
         return data
 
-    async def chat(requests: AsyncIterator[bytes], metadata: Metadata) -> AsyncIterator[bytes]:
+    async def chat(requests: AsyncIterator[bytes], call: CallContext) -> AsyncIterator[bytes]:
         async for request in requests:
             yield request
             yield request

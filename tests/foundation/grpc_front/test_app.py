@@ -34,9 +34,14 @@ def wait_for(predicate: object) -> None:
         time.sleep(0.01)
 
 
-def test_unary_call_with_metadata(front: Front) -> None:
-    assert call(front.address, "Echo", b"abc", metadata=[("x-id", "7")]) == b"cba"
+def test_unary_call_with_metadata_and_deadline(front: Front) -> None:
+    assert call(front.address, "Echo", b"abc", metadata=[("x-id", "7")], timeout=50.0) == b"cba"
     assert (b"x-id", b"7") in front.recorder.metadata[-1]
+    remaining = front.recorder.time_remaining[-1]
+    # gRPC core rounds the timeout it sends up (to 50100m, say).
+    assert remaining is not None and 0 < remaining <= 51.0
+    call(front.address, "Echo", b"abc", timeout=None)
+    assert front.recorder.time_remaining[-1] is None
 
 
 def test_gzip_request(front: Front) -> None:
@@ -45,11 +50,13 @@ def test_gzip_request(front: Front) -> None:
     assert answer == payload[::-1]
 
 
-def test_status_and_message_reach_the_client(front: Front) -> None:
+def test_status_message_and_trailers_reach_the_client(front: Front) -> None:
     with pytest.raises(grpc.RpcError) as raised:
         call(front.address, "Fail", "bad input: 100% ✗".encode())
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert raised.value.details() == "bad input: 100% ✗"
+    trailers = {item.key: item.value for item in raised.value.trailing_metadata() or ()}
+    assert trailers["x-why"] in ("a test", b"a test")  # str at run time, bytes in the stubs
 
 
 def test_unknown_method(front: Front) -> None:
