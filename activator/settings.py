@@ -23,9 +23,10 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
 
-    grpc_frontend: Literal["aio"] = "aio"
-    """The activator's gRPC server is grpc.aio's (its router forwards calls through grpc.aio
-    channels and contexts); the data plane's h2corn front end does not serve it yet."""
+    grpc_frontend: Literal["aio", "h2corn"] = "aio"
+    """What carries the public gRPC endpoint: ``aio`` (grpc.aio, the default here) or
+    ``h2corn`` (`foundation.grpc_front`, as the data plane's default); calls to workers go
+    through grpc.aio channels either way."""
 
     host: str = "127.0.0.1"
     """Address the public HTTP server binds."""

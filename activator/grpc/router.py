@@ -117,6 +117,10 @@ class GrpcRouter:
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The handler of every RPC of the service."""
+        return grpc.method_handlers_generic_handler(SERVICE, self.methods())
+
+    def methods(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+        """Each RPC's grpc.aio method handler, by method name."""
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             "ServerLive": _unary("ServerLive", self._server_live),
             "ServerReady": _unary("ServerReady", self._server_ready),
@@ -128,7 +132,7 @@ class GrpcRouter:
             methods[rpc] = _unary(rpc, self._forwarder(rpc))
         for rpc, message in _REFUSED.items():
             methods[rpc] = _unary(rpc, _refuser(message))
-        return grpc.method_handlers_generic_handler(SERVICE, methods)
+        return methods
 
     async def _server_live(self, data: bytes, context: _Context) -> bytes:
         _parse(pb.ServerLiveRequest, data)
