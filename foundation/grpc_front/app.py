@@ -89,12 +89,13 @@ class ClientGoneError(Exception):
 class _Call:
     """One call's response side: headers once, then messages, then the status."""
 
-    __slots__ = ("_send", "_max_send_bytes", "is_started")
+    __slots__ = ("_send", "_max_send_bytes", "is_started", "is_ending")
 
     def __init__(self, send: Send, max_send_bytes: int) -> None:
         self._send = send
         self._max_send_bytes = max_send_bytes
         self.is_started = False
+        self.is_ending = False
 
     async def _send_or_gone(self, event: dict[str, object]) -> None:
         try:
@@ -127,6 +128,7 @@ class _Call:
         )
 
     async def end(self, trailers: list[tuple[bytes, bytes]]) -> None:
+        self.is_ending = True
         if not self.is_started:
             await self.start()
         await self._send_or_gone({"type": "http.response.body", "body": b"", "more_body": False})
@@ -172,7 +174,11 @@ class GrpcApp:
         try:
             await self._serve(scope, receive, call)
         except ClientGoneError:
-            pass
+            # Ended all the same: should the server have said "gone" of a stream the
+            # client still reads, it gets a status instead of waiting for one forever.
+            if not call.is_ending:
+                with contextlib.suppress(ClientGoneError):
+                    await call.end(status_trailers(grpc.StatusCode.CANCELLED, "Cancelled"))
         finally:
             self.active_rpcs -= 1
 
