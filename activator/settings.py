@@ -24,6 +24,11 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
 
+    grpc_frontend: Literal["aio", "h2corn"] = "aio"
+    """What carries the public gRPC endpoint: ``aio`` (grpc.aio, the default here) or
+    ``h2corn`` (`foundation.grpc_front`, as the data plane's default); calls to workers go
+    through grpc.aio channels either way."""
+
     host: str = "127.0.0.1"
     """Address the public HTTP server binds."""
     port: int = Field(default=8080, ge=0, le=65535)

@@ -41,6 +41,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="port of the gRPC server (default 8001, as Triton's); 0 serves no gRPC",
     )
     serve.add_argument(
+        "--grpc-frontend",
+        choices=["aio", "h2corn"],
+        default=None,
+        help="what carries gRPC: h2corn (the default: Rust HTTP/2, less CPU a call) or aio "
+        "(grpcio's server, for its keepalive settings); see docs/operating/grpc.md",
+    )
+    serve.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -169,6 +176,8 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["metrics_port"] = args.metrics_port
     if args.allow_metrics is not None:
         overrides["allow_metrics"] = args.allow_metrics
+    if args.grpc_frontend is not None:
+        overrides["grpc_frontend"] = args.grpc_frontend
     if args.repository_poll_secs is not None:
         overrides["repository_poll_s"] = args.repository_poll_secs
     if args.id is not None:

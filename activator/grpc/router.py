@@ -134,6 +134,10 @@ class GrpcRouter:
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The handler of every RPC of the service."""
+        return grpc.method_handlers_generic_handler(SERVICE, self.methods())
+
+    def methods(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+        """Each RPC's grpc.aio method handler, by method name."""
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             "ServerLive": _unary("ServerLive", self._server_live),
             "ServerReady": _unary("ServerReady", self._server_ready),
@@ -146,7 +150,7 @@ class GrpcRouter:
         for rpc, message in _REFUSED.items():
             methods[rpc] = _unary(rpc, self._keyed(_refuser(message)))
         assert all(rpc in methods for rpc in _OPEN)
-        return grpc.method_handlers_generic_handler(SERVICE, methods)
+        return methods
 
     def _keyed(self, method: _Keyed) -> _Unary:
         """``method`` behind the gate: the call's key is authenticated and its rate and
