@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foundation.output import emit
+
 if TYPE_CHECKING:
     # Imported where used: building the command line must stay cheap (numpy).
     from control_plane.keepalive.policies import KeepAlivePolicy
@@ -120,9 +122,9 @@ def add_simulate_parser(
     parser.add_argument(
         "-o",
         "--output",
-        choices=["table", "json"],
+        choices=["table", "json", "yaml"],
         default="table",
-        help="table: one Markdown row per policy; json: every figure, for scripts",
+        help="table: one Markdown row per policy; json or yaml: every figure, for scripts",
     )
     parser.add_argument(
         "--log-level",
@@ -170,19 +172,15 @@ def main(args: argparse.Namespace) -> int:
     )
     cpu_s = time.process_time() - started[0]
     wall_s = time.perf_counter() - started[1]
-    if args.output == "json":
-        json.dump(
-            {
-                "models": sum(1 for t in traces if t.requests),
-                "requests": sum(t.requests for t in traces),
-                "cpu_s": cpu_s,
-                "wall_s": wall_s,
-                "policies": [r.summary() for r in results],
-            },
-            sys.stdout,
-            indent=2,
-        )
-        print()
+    if args.output in ("json", "yaml"):
+        doc = {
+            "models": sum(1 for t in traces if t.requests),
+            "requests": sum(t.requests for t in traces),
+            "cpu_s": cpu_s,
+            "wall_s": wall_s,
+            "policies": [r.summary() for r in results],
+        }
+        emit(doc, (), args.output)
     else:
         print(table(results))
         print(
