@@ -35,6 +35,7 @@ from data_plane.grpc.stream import (
 )
 from data_plane.handlers import Handlers
 from data_plane.handlers.infer import InferResponse
+from foundation import request_ids
 from foundation.grpc_front.app import CallContext, ClientGoneError, StreamRpc, UnaryRpc
 from foundation.grpc_front.wire import RpcStatusError
 from foundation.proto import grpc_service_pb2 as pb
@@ -287,9 +288,13 @@ def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE, methods)
 
 
-def _status_error(exc: Exception, rpc: str) -> RpcStatusError:
+def _status_error(exc: Exception, rpc: str, call: CallContext) -> RpcStatusError:
+    """The status for ``exc``, naming the call's ``x-request-id`` in its trailers when it
+    came with one (as :func:`~data_plane.grpc.status.abort` does on grpc.aio)."""
     code, message = error_status(exc, rpc)
-    return RpcStatusError(code, message)
+    key = request_ids.METADATA_KEY.encode()
+    named = [(name, value) for name, value in call.metadata if name == key][:1]
+    return RpcStatusError(code, message, named)
 
 
 def _front_unary(
@@ -299,7 +304,7 @@ def _front_unary(
         try:
             response = await method(parse(request_class, data))
         except Exception as exc:
-            raise _status_error(exc, name) from None
+            raise _status_error(exc, name, call) from None
         return response.SerializeToString()
 
     return UnaryRpc(handle)
@@ -315,7 +320,7 @@ def _front_stream(
         except ClientGoneError:
             raise
         except Exception as exc:
-            raise _status_error(exc, name) from None
+            raise _status_error(exc, name, call) from None
 
     return StreamRpc(handle)
 
