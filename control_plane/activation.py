@@ -19,6 +19,14 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
      "durations_s": {"worker", "worker_boot", "fetch", "engine", "load", "wake", "total",
                      "first_response"}}
 
+While it runs, the timeline is already in the store with ``outcome`` ``running`` and a
+``current`` phase (``queued``, ``worker_starting``, ``loading``), each begun phase appended to
+``phases`` as it begins (and ``worker``'s ``id`` once the load goes to one), so that a
+reader of the store (the admin API's ``follow``) sees an activation in course. At its end
+the same record (by ``id``) is replaced by the finished timeline, which has no ``current``;
+a successful one's ``phases`` are then rebuilt from what the placement measured, a failed
+one keeps the phases begun, so its last one says where it failed.
+
 When the activation started a worker and the backend timed its start (the local backend
 does), ``worker_process`` is when its process existed (forked from the template, or
 spawned) and ``durations_s.worker_boot`` the time from then to its first liveness answer;
@@ -44,12 +52,12 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from control_plane.errors import ActivationTimeoutError, ModelNotFoundError
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placement import PlaceResult
+from control_plane.placement import PlaceProgress, PlaceResult
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from foundation.errors import ZeroserveError
@@ -71,7 +79,9 @@ _SUCCESS = ("ready", "revived", "woken")
 class ReplicaPlacer(Protocol):
     """What the orchestrator needs of the placer."""
 
-    async def place(self, model: ModelRecord) -> PlaceResult: ...
+    async def place(
+        self, model: ModelRecord, *, progress: PlaceProgress | None = None
+    ) -> PlaceResult: ...
 
 
 class Probe(Protocol):
@@ -310,7 +320,8 @@ class Orchestrator:
             "model": model,
             "generation": None,
             "trigger": trigger,
-            "outcome": "failed",
+            "outcome": "running",
+            "current": "queued",
             "error": None,
             "queued_at": self._wall(),
             "worker": None,
@@ -320,29 +331,45 @@ class Orchestrator:
             "durations_s": {},
         }
         logger.info("activating %s (%s)", model, trigger, extra={"model": model})
+        is_stored = False
+
+        async def progress(phase: str, worker_id: str | None = None) -> None:
+            timeline["current"] = phase
+            timeline["phases"].append({"phase": phase, "at_s": round(self._clock() - queued, 6)})
+            if worker_id is not None:
+                timeline["worker"] = {"id": worker_id}
+            if is_stored:
+                await self._store_quietly(self._store.update_activation(model, timeline))
+
         try:
             record = await self._store.get_model(model)
             if record is None:
                 raise ModelNotFoundError(model=model)
             timeline["generation"] = record.generation
+            is_stored = await self._store_quietly(
+                self._store.add_activation(model, timeline, keep=self._settings.activations_kept)
+            )
             try:
                 async with asyncio.timeout(self._settings.activation_timeout_s):
-                    result = await self._placer.place(record)
+                    result = await self._placer.place(record, progress=progress)
             except TimeoutError:
                 raise ActivationTimeoutError(
                     model=model, timeout_s=self._settings.activation_timeout_s
                 ) from None
         except Exception as exc:
             message = exc.message if isinstance(exc, ZeroserveError) else repr(exc)
-            timeline["error"] = message
+            timeline.pop("current", None)
+            timeline.update(outcome="failed", error=message)
             timeline["durations_s"] = {"total": round(self._clock() - queued, 6)}
             self._metrics.activations.labels("failed", trigger).inc()
-            await self._record(model, timeline)
+            await self._record(model, timeline, is_stored=is_stored)
             logger.warning("activation of %s failed: %s", model, message, extra={"model": model})
             raise
         ready = self._clock()
+        timeline.pop("current", None)
+        timeline["phases"] = [{"phase": "queued", "at_s": 0.0}]
         self._fill(timeline, result, queued, ready)
-        await self._record(model, timeline)
+        await self._record(model, timeline, is_stored=is_stored)
         logger.info(
             "%s ready on %s in %.3f s (%s)",
             model,
@@ -452,7 +479,7 @@ class Orchestrator:
             # is replayed to whichever replica subscribes next.
             logger.warning("could not record the first response of %s: %s", report.model, exc)
 
-    async def _record(self, model: str, timeline: dict[str, Any]) -> None:
+    async def _record(self, model: str, timeline: dict[str, Any], *, is_stored: bool) -> None:
         if self._observer is not None:
             self._observer.activation_finished(
                 model=model,
@@ -460,10 +487,25 @@ class Orchestrator:
                 duration_s=timeline["durations_s"]["total"],
             )
         try:
-            await self._store.add_activation(model, timeline, keep=self._settings.activations_kept)
+            # The running record may be gone (trimmed by newer ones, or never written while
+            # the store was down): the finished one is then added afresh.
+            if not is_stored or not await self._store.update_activation(model, timeline):
+                await self._store.add_activation(
+                    model, timeline, keep=self._settings.activations_kept
+                )
         except Exception as exc:
             # The activation itself stands; only its record is lost.
             logger.warning("could not record the activation of %s: %s", model, exc)
+
+    async def _store_quietly(self, write: Awaitable[object]) -> bool:
+        """Run one write of a running timeline; False when it failed. A lost progress
+        write costs only liveness of the record: the finished timeline is written anyway."""
+        try:
+            result = await write
+        except Exception as exc:
+            logger.debug("could not record the progress of an activation: %s", exc)
+            return False
+        return result is not False
 
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._background.add(task)

@@ -398,11 +398,27 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         ("rm", "unload and delete a model"),
         ("load", "load a model now"),
         ("unload", "unload a model's replicas"),
-        ("activations", "a model's recent cold-start timelines"),
     ):
         actions.add_parser(action, help=text).add_argument("name")
+    _activations_parser(actions)
     actions.add_parser("workers", help="list workers")
     models.set_defaults(handler=_models)
+
+
+def _activations_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = actions.add_parser("activations", help="a model's recent cold-start timelines")
+    parser.add_argument("name", help="the model")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow its activations live (phase, worker, time, bytes fetched) until they end",
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=30.0,
+        help="with --watch: how long to wait for an activation to start when none is running",
+    )
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -415,6 +431,10 @@ def _models(args: argparse.Namespace) -> int:
     if args.token is not None:
         overrides["token"] = args.token
     settings = AdminClientSettings(**overrides)  # type: ignore[arg-type]
+    if args.action == "activations" and args.watch:
+        from control_plane.api.watch import watch
+
+        return watch(settings, args.name, wait_s=args.wait_s, out=sys.stdout, err=sys.stderr)
     body: dict[str, object] | None = None
     if args.action == "register":
         try:

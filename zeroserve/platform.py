@@ -40,7 +40,7 @@ from activator.settings import ActivatorSettings
 from control_plane.activation import Orchestrator
 from control_plane.api import schemas
 from control_plane.api.app import create_app as create_admin_app
-from control_plane.api.service import AdminService
+from control_plane.api.service import AdminService, FollowLimits
 from control_plane.autoscaler.loop import AutoscalerLoop
 from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.backends.base import PodBackend
@@ -227,7 +227,14 @@ class Platform:
 
             relay.target = worker_lost
             reaper = Reaper(store, placer, backend, orchestrator, workers, settings, metrics, lease)
-            service = AdminService(store, orchestrator, placer, backend, lease)
+            service = AdminService(
+                store,
+                orchestrator,
+                placer,
+                backend,
+                lease,
+                follow=FollowLimits(poll_s=settings.follow_poll_s, max_s=settings.follow_max_s),
+            )
             worker_metrics = None
             if isinstance(backend, LocalBackend):
                 # Local workers listen on ports chosen at run time, which no scrape

@@ -48,7 +48,7 @@ from control_plane.store.base import StateStore
 from control_plane.worker_client import LoadReport
 from foundation.records import ModelRecord, Placement, WorkerRecord
 
-__all__ = ["PlaceResult", "Placer", "WorkerApi"]
+__all__ = ["PlaceProgress", "PlaceResult", "Placer", "WorkerApi"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,14 @@ class WorkerApi(Protocol):
     async def wake(self, worker: WorkerRecord, model: str) -> None: ...
 
     async def live_sequences(self, worker: WorkerRecord, model: str) -> int: ...
+
+
+class PlaceProgress(Protocol):
+    """Told of each step of one placement as it begins, for the live activation timeline:
+    ``worker_starting`` (a worker is being started for it) and ``loading`` (the load call
+    goes to ``worker_id``). Must not raise; awaited inline, so it should be quick."""
+
+    async def __call__(self, phase: str, worker_id: str | None = None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +148,11 @@ class Placer:
 
     # ---- placing ----
 
-    async def place(self, model: ModelRecord) -> PlaceResult:
-        """Add one replica of ``model`` on a worker that does not hold it yet.
+    async def place(
+        self, model: ModelRecord, *, progress: PlaceProgress | None = None
+    ) -> PlaceResult:
+        """Add one replica of ``model`` on a worker that does not hold it yet; ``progress``
+        is told of each step as it begins.
 
         Raises ``NoCapacityError`` when no worker can take it, ``WorkerStartError`` when a
         needed worker does not start, ``LoadFailedError`` when the worker refuses the model,
@@ -158,7 +169,7 @@ class Placer:
         last: WorkerCallError | None = None
         for _ in range(_PLACE_ATTEMPTS):
             try:
-                return await self._place_once(model)
+                return await self._place_once(model, progress)
             except WorkerCallError as exc:
                 if type(exc) is not WorkerCallError:
                     raise  # the worker answered: a refused load is not retried
@@ -168,8 +179,8 @@ class Placer:
         assert last is not None
         raise last
 
-    async def _place_once(self, model: ModelRecord) -> PlaceResult:
-        worker, decision = await self._claim_room(model)
+    async def _place_once(self, model: ModelRecord, progress: PlaceProgress | None) -> PlaceResult:
+        worker, decision = await self._claim_room(model, progress)
         is_started = isinstance(decision, StartWorker)
         evicted: tuple[str, ...] = ()
         try:
@@ -184,6 +195,8 @@ class Placer:
             ready_at = self._clock()
             # A load of a model asleep on the worker wakes it there: it is not asleep after.
             await self._store.remove_sleeping(model.name, worker.id)
+            if progress is not None:
+                await progress("loading", worker.id)
             report = await self._load_unit(worker, model)
             loaded_at = self._clock()
             if self._pool_workers.find(worker.id) is None:
@@ -233,7 +246,9 @@ class Placer:
                     logger.warning("unloading %s after a failed load: %s", part.name, exc)
             raise
 
-    async def _claim_room(self, model: ModelRecord) -> tuple[WorkerRecord, Decision]:
+    async def _claim_room(
+        self, model: ModelRecord, progress: PlaceProgress | None = None
+    ) -> tuple[WorkerRecord, Decision]:
         """Choose a worker for ``model`` (with its parts, for an ensemble) and reserve room
         there, under the lock; when the choice is a new worker, return once it has started
         (with the room reserved)."""
@@ -255,6 +270,8 @@ class Placer:
                     case WaitForStarts():
                         waiting = self._pool_workers.starts()
             if start is not None:
+                if progress is not None:
+                    await progress("worker_starting")
                 try:
                     return await asyncio.shield(start), decision
                 except asyncio.CancelledError:

@@ -10,7 +10,14 @@ import pytest
 
 EXPORTS = {
     "control_plane.activation": {"Acting", "ActivationObserver", "Orchestrator", "ReplicaPlacer"},
-    "control_plane.api.service": {"Acting", "ActivationControl", "AdminService", "ReplicaControl"},
+    "control_plane.api.service": {
+        "Acting",
+        "ActivationControl",
+        "AdminService",
+        "FollowLimits",
+        "ReplicaControl",
+    },
+    "control_plane.api.watch": {"describe", "server_sent_events", "watch"},
     "control_plane.api.app": {
         "OPENAPI_PATH",
         "Acting",
@@ -63,6 +70,7 @@ EXPORTS = {
         "Evict",
         "NoCapacity",
         "Place",
+        "PlaceProgress",
         "PlaceResult",
         "Placer",
         "PoolPlacers",
@@ -88,7 +96,7 @@ EXPORTS = {
         "choose",
         "traffic_needed",
     },
-    "control_plane.placement.placer": {"PlaceResult", "Placer", "WorkerApi"},
+    "control_plane.placement.placer": {"PlaceProgress", "PlaceResult", "Placer", "WorkerApi"},
     "control_plane.placement.pools": {"PoolPlacers"},
     "control_plane.placement.routing": {"model_backend", "pool_for"},
     "control_plane.placement.retire": {
