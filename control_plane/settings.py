@@ -176,6 +176,8 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Lifetime of the acting-replica lease; renewed every third of it."""
     activations_kept: int = Field(default=20, ge=1, le=1000)
     """Cold-start timelines kept per model."""
+    console_session_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 86400)
+    """How long a login to the web console (``/console``) lasts."""
     follow_poll_s: float = Field(default=0.5, gt=0, le=60)
     """How often a follower of activations (``?follow=true``, the console) reads the store."""
     follow_max_s: float = Field(default=1800.0, gt=0)

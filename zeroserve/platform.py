@@ -149,6 +149,9 @@ class Platform:
         self._out = out
         self._knative = knative
         self._backend: PodBackend | None = None
+        self._activator_registry: CollectorRegistry | None = None
+        """The in-process activator's metrics, which the console reads for request rates;
+        new in each ``run``."""
         self.lifecycle = Lifecycle()
         """The public server's: readiness fails once the platform is stopping."""
 
@@ -162,6 +165,7 @@ class Platform:
         (a failure half-way stops exactly what had started)."""
         settings = self.settings
         assert settings.admin_token is not None
+        self._activator_registry = CollectorRegistry() if self._activator_settings else None
         async with contextlib.AsyncExitStack() as stack:
             # Bound first: a port in use fails before anything starts.
             admin_sock = stack.enter_context(bind_socket(settings.admin_host, settings.admin_port))
@@ -251,6 +255,8 @@ class Platform:
                     allowed_storage=settings.allowed_storage,
                     allow_model_code=settings.allow_model_code,
                     worker_metrics=worker_metrics,
+                    request_metrics=self._activator_registry,
+                    console_session_s=settings.console_session_s,
                 ),
                 settings,
                 admin_sock,
@@ -333,6 +339,7 @@ class Platform:
             activate,
             f"activator-{socket.gethostname()}-{os.getpid()}",
             lifecycle=self.lifecycle,
+            registry=self._activator_registry,
         )
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(core.open())
