@@ -18,6 +18,22 @@ EXPORTS = {
         "ReplicaControl",
     },
     "control_plane.api.watch": {"describe", "server_sent_events", "watch"},
+    "control_plane.api.console.guard": {
+        "COOKIE",
+        "CONSOLE_PREFIX",
+        "ConsoleGuard",
+        "SECURITY_HEADERS",
+    },
+    "control_plane.api.console.routes": {"ConsoleState", "console_routes"},
+    "control_plane.api.console.session": {"SessionKeys"},
+    "control_plane.api.console.stats": {
+        "Counts",
+        "RequestHistory",
+        "Window",
+        "quantile",
+        "read_counts",
+    },
+    "control_plane.api.console.timeline": {"Bar", "bars"},
     "control_plane.api.app": {
         "OPENAPI_PATH",
         "Acting",
