@@ -21,7 +21,8 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
 
 While it runs, the timeline is already in the store with ``outcome`` ``running`` and a
 ``current`` phase (``queued``, ``worker_starting``, ``loading``), each begun phase appended to
-``phases`` as it begins (and ``worker``'s ``id`` once the load goes to one), so that a
+``phases`` as it begins (and ``worker``'s ``id`` once the load goes to one; while the worker
+downloads the files, ``bytes_fetched`` of ``bytes_total``, updated about every second), so that a
 reader of the store (the admin API's ``follow``) sees an activation in course. At its end
 the same record (by ``id``) is replaced by the finished timeline, which has no ``current``;
 a successful one's ``phases`` are then rebuilt from what the placement measured, a failed
@@ -333,9 +334,15 @@ class Orchestrator:
         logger.info("activating %s (%s)", model, trigger, extra={"model": model})
         is_stored = False
 
-        async def progress(phase: str, worker_id: str | None = None) -> None:
-            timeline["current"] = phase
-            timeline["phases"].append({"phase": phase, "at_s": round(self._clock() - queued, 6)})
+        async def progress(
+            phase: str, worker_id: str | None = None, *, fetched: tuple[int, int] | None = None
+        ) -> None:
+            if fetched is not None:
+                timeline["bytes_fetched"], timeline["bytes_total"] = fetched
+            elif phase != timeline["current"]:
+                timeline["current"] = phase
+                at_s = round(self._clock() - queued, 6)
+                timeline["phases"].append({"phase": phase, "at_s": at_s})
             if worker_id is not None:
                 timeline["worker"] = {"id": worker_id}
             if is_stored:
@@ -359,6 +366,7 @@ class Orchestrator:
         except Exception as exc:
             message = exc.message if isinstance(exc, ZeroserveError) else repr(exc)
             timeline.pop("current", None)
+            timeline.pop("bytes_total", None)
             timeline.update(outcome="failed", error=message)
             timeline["durations_s"] = {"total": round(self._clock() - queued, 6)}
             self._metrics.activations.labels("failed", trigger).inc()
@@ -367,6 +375,7 @@ class Orchestrator:
             raise
         ready = self._clock()
         timeline.pop("current", None)
+        timeline.pop("bytes_total", None)
         timeline["phases"] = [{"phase": "queued", "at_s": 0.0}]
         self._fill(timeline, result, queued, ready)
         await self._record(model, timeline, is_stored=is_stored)

@@ -2,8 +2,8 @@
 
 Reads the admin API's server-sent events (``GET /admin/v1/models/{name}/activations?
 follow=true``) and prints one line per change of an activation: its phase, the worker it
-loads on, the time since it was queued, and, once it has finished, its outcome, durations
-and the bytes fetched.
+loads on, the bytes its worker has downloaded so far, the time since it was queued, and,
+once it has finished, its outcome, durations and the bytes fetched.
 """
 
 from __future__ import annotations
@@ -91,7 +91,11 @@ def describe(timeline: dict[str, Any]) -> str:
     outcome = timeline.get("outcome")
     if outcome == "running":
         current = timeline.get("current", last["phase"])
-        return f"{head} {current}{where} ({last['at_s']:.1f} s after queued)"
+        fetched, total = timeline.get("bytes_fetched"), timeline.get("bytes_total")
+        moved = ""
+        if isinstance(fetched, int) and isinstance(total, int):
+            moved = f", {_size(fetched)} of {_size(total)} fetched"
+        return f"{head} {current}{where}{moved} ({last['at_s']:.1f} s after queued)"
     durations = timeline.get("durations_s") or {}
     total = durations.get("total")
     took = f" in {total:.2f} s" if isinstance(total, int | float) else ""

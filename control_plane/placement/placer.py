@@ -53,11 +53,13 @@ __all__ = ["PlaceProgress", "PlaceResult", "Placer", "WorkerApi"]
 logger = logging.getLogger(__name__)
 
 _PLACE_ATTEMPTS = 3
+_FETCH_POLL_S = 1.0
+"""How often a worker is asked how far its download has come during a load."""
 
 
 class WorkerApi(Protocol):
-    """Loads and unloads on one worker, and asks it for live sequences
-    (``control_plane.worker_client.WorkerClient``)."""
+    """Loads and unloads on one worker, and asks it for live sequences and how far a
+    download has come (``control_plane.worker_client.WorkerClient``)."""
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport: ...
 
@@ -69,13 +71,23 @@ class WorkerApi(Protocol):
 
     async def live_sequences(self, worker: WorkerRecord, model: str) -> int: ...
 
+    async def fetch_progress(self, worker: WorkerRecord, model: str) -> tuple[int, int] | None: ...
+
 
 class PlaceProgress(Protocol):
     """Told of each step of one placement as it begins, for the live activation timeline:
     ``worker_starting`` (a worker is being started for it) and ``loading`` (the load call
-    goes to ``worker_id``). Must not raise; awaited inline, so it should be quick."""
+    goes to ``worker_id``); during the load, told again of ``loading`` with ``fetched``
+    (bytes downloaded, bytes needed) each time the worker's download has moved. Must not
+    raise; awaited inline, so it should be quick."""
 
-    async def __call__(self, phase: str, worker_id: str | None = None) -> None: ...
+    async def __call__(
+        self,
+        phase: str,
+        worker_id: str | None = None,
+        *,
+        fetched: tuple[int, int] | None = None,
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +207,18 @@ class Placer:
             ready_at = self._clock()
             # A load of a model asleep on the worker wakes it there: it is not asleep after.
             await self._store.remove_sleeping(model.name, worker.id)
+            watcher = None
             if progress is not None:
                 await progress("loading", worker.id)
-            report = await self._load_unit(worker, model)
+                watcher = asyncio.create_task(
+                    self._watch_fetch(worker, model.name, progress), name=f"fetch-{model.name}"
+                )
+            try:
+                report = await self._load_unit(worker, model)
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+                    await asyncio.gather(watcher, return_exceptions=True)
             loaded_at = self._clock()
             if self._pool_workers.find(worker.id) is None:
                 raise WorkerCallError(
@@ -245,6 +266,17 @@ class Placer:
                 except WorkerCallError as exc:
                     logger.warning("unloading %s after a failed load: %s", part.name, exc)
             raise
+
+    async def _watch_fetch(self, worker: WorkerRecord, model: str, progress: PlaceProgress) -> None:
+        """Pass the worker's download progress of ``model`` on while it moves; runs until
+        cancelled (when the load ends)."""
+        last = None
+        while True:
+            await asyncio.sleep(_FETCH_POLL_S)
+            fetched = await self._workers.fetch_progress(worker, model)
+            if fetched is not None and fetched != last:
+                last = fetched
+                await progress("loading", worker.id, fetched=fetched)
 
     async def _claim_room(
         self, model: ModelRecord, progress: PlaceProgress | None = None

@@ -110,3 +110,25 @@ async def test_following_an_unknown_model_is_404_and_needs_the_token(api: Api):
 def test_server_sent_events_skip_comments_and_join_data_lines():
     lines = [": hi", "event: activation", "data: {", "data: }", "", "data: x", ""]
     assert list(server_sent_events(iter(lines))) == [("activation", "{\n}"), ("message", "x")]
+
+
+async def test_the_bytes_a_worker_has_fetched_show_while_it_loads(api: Api):
+    await api.register("m")
+    api.workers.load_gate = asyncio.Event()
+    api.workers.fetching["m"] = (3 * 2**20, 10 * 2**20)
+    load = asyncio.create_task(api.client.post("/admin/v1/models/m/load", headers=AUTH))
+    async with asyncio.timeout(10):
+        while True:
+            timelines = await api.store.list_activations("m")
+            if timelines and timelines[0].get("bytes_total"):
+                running = timelines[0]
+                break
+            await asyncio.sleep(0.05)
+    assert (running["bytes_fetched"], running["bytes_total"]) == (3 * 2**20, 10 * 2**20)
+    # Progress is no new phase.
+    assert [p["phase"] for p in running["phases"]] == ["queued", "worker_starting", "loading"]
+    assert "3.0 MiB of 10.0 MiB fetched" in describe(running)
+    api.workers.load_gate.set()
+    assert (await load).status_code == 200
+    (final,) = await api.store.list_activations("m")
+    assert "bytes_total" not in final and final["bytes_fetched"] == 0  # the load's own report

@@ -45,10 +45,14 @@ function show(timeline, summary, list) {
   let text;
   if (timeline.outcome === "running") {
     text = `${timeline.current || last.phase}${worker}, ${last.at_s.toFixed(1)} s after queued`;
+    if (timeline.bytes_total) {
+      const percent = Math.floor((100 * timeline.bytes_fetched) / timeline.bytes_total);
+      text += `, ${size(timeline.bytes_fetched)} of ${size(timeline.bytes_total)} fetched (${percent}%)`;
+    }
   } else {
     const total = timeline.durations_s && timeline.durations_s.total;
     text = `${timeline.outcome}${worker}` + (total !== undefined ? ` in ${total.toFixed(2)} s` : "");
-    if (timeline.bytes_fetched) text += `, ${timeline.bytes_fetched} bytes fetched`;
+    if (timeline.bytes_fetched) text += `, ${size(timeline.bytes_fetched)} fetched`;
     if (timeline.error) text += `: ${timeline.error}`;
   }
   summary.textContent = `${timeline.id} (${timeline.trigger}): ${text}`;
@@ -61,4 +65,15 @@ function show(timeline, summary, list) {
       return item;
     }),
   );
+}
+
+function size(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
 }
