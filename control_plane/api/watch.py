@@ -95,7 +95,7 @@ def describe(timeline: dict[str, Any]) -> str:
         moved = ""
         if isinstance(fetched, int) and isinstance(total, int):
             moved = f", {_size(fetched)} of {_size(total)} fetched"
-        return f"{head} {current}{where}{moved} ({last['at_s']:.1f} s after queued)"
+        return f"{head} {current}{where}{moved} (began {last['at_s']:.1f} s after queued)"
     durations = timeline.get("durations_s") or {}
     total = durations.get("total")
     took = f" in {total:.2f} s" if isinstance(total, int | float) else ""

@@ -19,13 +19,20 @@ function follow(panel, waitS) {
   const list = document.getElementById("live-phases");
   const source = new EventSource(`${panel.dataset.follow}?wait_s=${waitS}`);
   let seen = false;
+  let latest = null;
+  // The time since queued ticks between events (on this browser's clock against the
+  // server's queued_at: hosts are assumed to keep time).
+  const ticker = window.setInterval(() => {
+    if (latest && latest.outcome === "running") show(latest, summary, list);
+  }, 1000);
   source.addEventListener("activation", (event) => {
-    const timeline = JSON.parse(event.data);
+    latest = JSON.parse(event.data);
     seen = true;
     panel.hidden = false;
-    show(timeline, summary, list);
+    show(latest, summary, list);
   });
   source.addEventListener("end", () => {
+    window.clearInterval(ticker);
     source.close();
     // A finished activation is drawn by the server: the page shows it on reload. Otherwise
     // keep listening, so a cold start that a request sets off appears as it runs.
@@ -33,6 +40,7 @@ function follow(panel, waitS) {
     else window.setTimeout(() => follow(panel, 25), RETRY_MS);
   });
   source.onerror = () => {
+    window.clearInterval(ticker);
     source.close();
     window.setTimeout(() => follow(panel, 25), RETRY_MS);
   };
@@ -44,7 +52,8 @@ function show(timeline, summary, list) {
   const worker = timeline.worker && timeline.worker.id ? ` on ${timeline.worker.id}` : "";
   let text;
   if (timeline.outcome === "running") {
-    text = `${timeline.current || last.phase}${worker}, ${last.at_s.toFixed(1)} s after queued`;
+    const running = Math.max(Date.now() / 1000 - timeline.queued_at, last.at_s);
+    text = `${timeline.current || last.phase}${worker}, ${running.toFixed(0)} s since queued`;
     if (timeline.bytes_total) {
       const percent = Math.floor((100 * timeline.bytes_fetched) / timeline.bytes_total);
       text += `, ${size(timeline.bytes_fetched)} of ${size(timeline.bytes_total)} fetched (${percent}%)`;
