@@ -385,7 +385,10 @@ class Platform:
             await service.register(body)
 
     def _banner(self, admin: str, endpoints: _PublicEndpoints | None) -> None:
-        lines = [f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})"]
+        lines = [
+            f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})",
+            f"zeroserve: web console {admin}/console (log in with the admin token)",
+        ]
         if endpoints is not None:
             public = endpoints.url
             lines.insert(0, f"zeroserve: serving models at {public}/v2/models/<name>/infer")
