@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
@@ -112,7 +113,9 @@ async def follow_response(service: AdminService, name: str, wait: str | None) ->
     try:
         wait_s = float(wait) if wait is not None else _DEFAULT_FOLLOW_WAIT_S
     except ValueError:
-        raise InvalidInputError(f"wait_s must be a number of seconds, got {wait!r}") from None
+        wait_s = math.nan
+    if not math.isfinite(wait_s) or wait_s < 0:
+        raise InvalidInputError(f"wait_s must be a number of seconds >= 0, got {wait!r}")
     updates = service.follow(name, wait_s=wait_s)
     # The first read happens before the status line, so an unknown model is still a 404.
     first = await anext(updates)

@@ -101,10 +101,11 @@ async def test_following_an_unknown_model_is_404_and_needs_the_token(api: Api):
     assert "nope" in response.json()["error"]
     response = await api.client.get("/admin/v1/models/nope/activations?follow=true")
     assert response.status_code == 401
-    bad = await api.client.get(
-        "/admin/v1/models/nope/activations?follow=true&wait_s=soon", headers=AUTH
-    )
-    assert bad.status_code == 400
+    for wait in ("soon", "nan", "inf", "-1"):
+        bad = await api.client.get(
+            f"/admin/v1/models/nope/activations?follow=true&wait_s={wait}", headers=AUTH
+        )
+        assert bad.status_code == 400, wait
 
 
 def test_server_sent_events_skip_comments_and_join_data_lines():
