@@ -11,9 +11,12 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 
 from activator import http_errors
+from activator.access_log import AccessLogMiddleware, RequestIdMiddleware
+from activator.auth import KeyAuth
 from activator.buffer import Activate
 from activator.core import ActivatorCore, ActivatorStore
 from activator.metrics import RequestMetricsMiddleware
+from activator.quotas import SharedCounters
 from activator.routes import routes
 from activator.settings import ActivatorSettings
 from activator.state import ActivatorState, Lifecycle
@@ -31,11 +34,18 @@ def create_app(
     *,
     lifecycle: Lifecycle | None = None,
     registry: CollectorRegistry | None = None,
+    counters: SharedCounters | None = None,
 ) -> Starlette:
     """The activator app over a core of its own (see :class:`ActivatorCore` for what its
     lifespan starts and stops, and what the parameters are)."""
     core = ActivatorCore(
-        settings, store, activate, activator_id, lifecycle=lifecycle, registry=registry
+        settings,
+        store,
+        activate,
+        activator_id,
+        lifecycle=lifecycle,
+        registry=registry,
+        counters=counters,
     )
     return create_app_on(core)
 
@@ -54,12 +64,20 @@ def create_app_on(core: ActivatorCore) -> Starlette:
                 view=parts.view,
                 lifecycle=parts.lifecycle,
                 metrics=parts.metrics,
+                gate=parts.gate,
             )
 
-    # Outermost first; access logging and request ids will go here too, as pure ASGI. The
-    # metrics middleware sits inside Starlette's outermost error middleware and outside the
-    # exception handlers, so it sees the status those handlers answer with.
-    middleware = [Middleware(RequestMetricsMiddleware, metrics=core.metrics)]
+    # Outermost first, all inside Starlette's outermost error middleware and outside the
+    # exception handlers, so that they see the status those handlers answer with (refusals
+    # for keys and quotas included). The request id comes first: the access log names it and
+    # the proxy passes it on. The access log wraps the metrics so that its latency covers
+    # theirs too, and reads the key id the key check (inside both) leaves in the scope. Keys
+    # come before anything reads the request.
+    middleware = [Middleware(RequestIdMiddleware)]
+    if core.access_log is not None:
+        middleware.append(Middleware(AccessLogMiddleware, log=core.access_log))
+    middleware.append(Middleware(RequestMetricsMiddleware, metrics=core.metrics))
+    middleware.append(Middleware(KeyAuth, gate=core.gate))
     return Starlette(
         routes=routes,
         middleware=middleware,

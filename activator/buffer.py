@@ -31,6 +31,7 @@ from activator.errors import (
     ShuttingDownError,
 )
 from activator.lb import Replica
+from foundation.errors import ModelFailedError
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +148,11 @@ class Buffer:
     def is_waiting(self, model: str) -> bool:
         """Whether ``model`` has a queue; new requests then join it instead of overtaking."""
         return model in self._queues
+
+    def would_activate(self, model: str) -> bool:
+        """Whether a request for ``model`` now would start an activation: no replica, and
+        no burst already waiting for one."""
+        return model not in self._queues and not self._replicas.replicas(model)
 
     def waiting(self, model: str) -> int:
         """How many requests for ``model`` wait for a replica."""
@@ -292,15 +298,23 @@ class Buffer:
             queue.is_activating = False
             # Fail only the burst this activation was for, and only while it has no replica.
             if self._queues.get(queue.model) is queue and not queue.slots:
-                self._fail_all(
-                    queue,
-                    partial(
+                error: Callable[[], Exception]
+                if isinstance(exc, ModelFailedError):
+                    # Passed on as it is: a failure for good, which no retry mends.
+                    error = partial(
+                        ModelFailedError,
+                        model=exc.model,
+                        reason=exc.reason,
+                        failed_at=exc.failed_at,
+                    )
+                else:
+                    error = partial(
                         ActivationFailedError,
                         model=queue.model,
                         reason=reason,
-                        retry_after_s=self._retry_after_s,
-                    ),
-                )
+                        retry_after_s=max(self._retry_after_s, _retry_after(exc)),
+                    )
+                self._fail_all(queue, error)
                 self._discard_if_idle(queue)
 
     def _fail_all(self, queue: _Queue, error: Callable[[], Exception]) -> None:
@@ -324,6 +338,13 @@ class Buffer:
     def _discard_if_idle(self, queue: _Queue) -> None:
         if queue.waiting == 0 and self._queues.get(queue.model) is queue:
             del self._queues[queue.model]
+
+
+def _retry_after(exc: Exception) -> int:
+    """The ``retry_after_s`` an activation's error carries (the control plane's backoff
+    says when its next activation may start), else 0."""
+    value = getattr(exc, "retry_after_s", 0)
+    return value if isinstance(value, int) else 0
 
 
 def _most_free(slots: dict[Replica, int]) -> Replica | None:

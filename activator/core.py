@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,8 +20,11 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
+from activator.access_log import AccessLog
 from activator.buffer import Activate, Buffer
+from activator.gate import Gate
 from activator.health import StallPolicy
+from activator.keys import KeyRing, KeySource
 from activator.lb import Replica
 from activator.metrics import ActivatorMetrics, BufferDepthCollector
 from activator.placements import (
@@ -32,12 +36,15 @@ from activator.placements import (
     ReplicaTable,
 )
 from activator.proxy import Proxy
+from activator.quotas import LocalCounters, Quotas, SharedCounters
 from activator.sequences import SequenceBindings
 from activator.settings import ActivatorSettings
 from activator.traffic import Traffic, TrafficSink
 from activator.upstream import UpstreamPool, UpstreamTimeouts
 from activator.watch import ReplicaWatch, probe_live
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
+from foundation.errors import ModelFailedError
+from foundation.records import ModelFailure
 from foundation.serving import Lifecycle
 
 __all__ = ["ActivatorCore", "ActivatorStore", "CoreParts", "ReplicaEvents"]
@@ -49,8 +56,36 @@ _WATCH_TICK_S = 0.25
 second, at the cost of summing the routing table's counters."""
 
 
-class ActivatorStore(PlacementSource, ModelSource, TrafficSink, Protocol):
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ActivatorStore(PlacementSource, ModelSource, TrafficSink, KeySource, Protocol):
     """What the activator needs of the state store; ``StateStore`` has all of it."""
+
+
+class _NotingFailures:
+    """``activate`` that tells the catalog when a model's load failed for good, so that
+    its next requests (and readiness) are answered from it at once, not after its cached
+    lookup expires."""
+
+    def __init__(self, activate: Activate, catalog: ModelCatalog) -> None:
+        self._activate = activate
+        self._catalog = catalog
+
+    async def __call__(self, model: str) -> None:
+        try:
+            await self._activate(model)
+        except ModelFailedError as exc:
+            self._catalog.note_failure(
+                model, ModelFailure(reason=exc.reason, failed_at=exc.failed_at)
+            )
+            raise
 
 
 class ReplicaEvents:
@@ -94,18 +129,20 @@ class CoreParts:
     replica_events: ReplicaEvents
     sequences: SequenceBindings
     """Which replica each live sequence runs on (the requests of a sequence stick to it)."""
+    gate: Gate
+    """API keys and their quotas, for every transport."""
 
 
 class ActivatorCore:
     """Builds, runs and stops the activator's shared request-path objects.
 
-    The metrics exist from construction (the HTTP app's middleware takes them before it
-    starts); the rest exists while the core is open. :meth:`open` is shared: the first
-    caller builds the parts, starts following the store's placements, reporting traffic
-    and watching for stalled workers, and waits for the first list of placements; later
-    callers get the same parts; when the last one leaves, what still waits in the buffer
-    fails, the background tasks stop, a last traffic report goes out and the upstream pool
-    closes. It may be opened again after that (a new run, new parts).
+    The metrics and the access log exist from construction (the HTTP app's middleware
+    takes them before it starts); the rest exists while the core is open. :meth:`open` is
+    shared: the first caller builds the parts, starts following the store's placements,
+    reporting traffic and watching for stalled workers, and waits for the first list of
+    placements; later callers get the same parts; when the last one leaves, what still
+    waits in the buffer fails, the background tasks stop, a last traffic report goes out
+    and the upstream pool closes. It may be opened again after that (a new run, new parts).
 
     Parameters:
         settings: the activator's settings.
@@ -115,6 +152,8 @@ class ActivatorCore:
         activator_id: names this activator in traffic reports.
         lifecycle: shared with the servers, which mark it stopping on a signal.
         registry: where the activator's metrics live; a new one when None.
+        counters: the quota counters every activator shares (the cluster's Redis); None
+            keeps them in this process only.
     """
 
     def __init__(
@@ -126,6 +165,7 @@ class ActivatorCore:
         *,
         lifecycle: Lifecycle | None = None,
         registry: CollectorRegistry | None = None,
+        counters: SharedCounters | None = None,
     ) -> None:
         self.settings = settings
         self.lifecycle = lifecycle or Lifecycle()
@@ -140,6 +180,34 @@ class ActivatorCore:
                 max_values=settings.cloudwatch_max_values,
             )
         self.metrics = ActivatorMetrics(registry or CollectorRegistry(), observer=self._publisher)
+        self.access_log = AccessLog(settings.access_log_format) if settings.access_log else None
+        """Where both transports write their access-log lines; None when the log is off."""
+        ring = None
+        if settings.auth == "off" and not _is_loopback(settings.host):
+            logger.warning(
+                "API keys are OFF (auth=off) and the activator listens on %s: anyone who "
+                "reaches it can call every model and start workers. Turn keys on "
+                "(ZEROSERVE_ACTIVATOR_AUTH=keys) unless this network is yours alone.",
+                settings.host,
+            )
+        if settings.auth == "keys":
+            ring = KeyRing(
+                store,
+                ttl_s=settings.key_cache_ttl_s,
+                max_entries=settings.key_cache_max_entries,
+                retry_after_s=settings.retry_after_s,
+                resubscribe_delay_s=settings.resubscribe_delay_s,
+            )
+        self.gate = Gate(
+            ring,
+            Quotas(
+                LocalCounters(max_keys=settings.quota_max_keys),
+                counters,
+                fallback_s=settings.quota_fallback_s,
+                lease_s=settings.activation_timeout_s + settings.upstream_read_timeout_s,
+            ),
+        )
+        """Exists from construction, as the metrics: the HTTP app's middleware takes it."""
         self._parts: CoreParts | None = None
         self._users = 0
         self._stack: contextlib.AsyncExitStack | None = None
@@ -177,8 +245,14 @@ class ActivatorCore:
     async def _run(self) -> AsyncIterator[CoreParts]:
         settings = self.settings
         table = ReplicaTable()
+        catalog = ModelCatalog(
+            self._store,
+            ttl_s=settings.model_cache_ttl_s,
+            max_entries=settings.model_cache_max_entries,
+            retry_after_s=settings.retry_after_s,
+        )
         buffer = Buffer(
-            self._activate,
+            _NotingFailures(self._activate, catalog),
             table,
             max_requests=settings.buffer_max_requests,
             release_concurrency=settings.release_concurrency,
@@ -192,12 +266,6 @@ class ActivatorCore:
             events,
             quarantine_s=settings.replica_quarantine_s,
             resubscribe_delay_s=settings.resubscribe_delay_s,
-        )
-        catalog = ModelCatalog(
-            self._store,
-            ttl_s=settings.model_cache_ttl_s,
-            max_entries=settings.model_cache_max_entries,
-            retry_after_s=settings.retry_after_s,
         )
         traffic = Traffic(
             self._store, self._activator_id, interval_s=settings.traffic_report_interval_s
@@ -246,6 +314,8 @@ class ActivatorCore:
         ]
         if self._publisher is not None:
             tasks.append(asyncio.create_task(self._publisher.run(), name="activator-cloudwatch"))
+        if self.gate.ring is not None:
+            tasks.append(asyncio.create_task(self.gate.ring.run(), name="activator-keys"))
         depth = BufferDepthCollector(buffer.depths)
         registry = self.metrics.registry
         registry.register(depth)  # unregistered below: the core may be opened again
@@ -263,6 +333,7 @@ class ActivatorCore:
                 proxy=proxy,
                 replica_events=events,
                 sequences=sequences,
+                gate=self.gate,
             )
         finally:
             self.lifecycle.is_stopping = True
@@ -274,6 +345,7 @@ class ActivatorCore:
             view.close()
             await traffic.flush()
             await pool.aclose()
+            await self.gate.quotas.close()
             if self._publisher is not None:
                 await self._publisher.close()
             registry.unregister(depth)

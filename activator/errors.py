@@ -6,14 +6,19 @@
         │   └── RequestTooLargeError  the body exceeds ``max_request_bytes``
         ├── ModelNotRegisteredError   no model of this name is registered
         ├── ClientClosedError         the client left before its request was read
+        ├── UnauthenticatedError      no API key, or one that is malformed, unknown, expired
+        │                             or revoked
+        ├── ForbiddenModelError       the key may not call this model (existing or not)
         ├── TooManyRequestsError      try again later, somewhere else
-        │   └── BufferFullError       the model's buffer holds ``buffer_max_requests``
+        │   ├── BufferFullError       the model's buffer holds ``buffer_max_requests``
+        │   └── QuotaExceededError    the key is over one of its limits
         ├── ActivatorUnavailableError try again later
         │   ├── ActivationFailedError the control plane could not be asked, or refused
         │   ├── ColdStartTimeoutError no replica became ready before the deadline
         │   ├── UpstreamBusyError     every upstream connection stayed busy
         │   ├── NoGrpcEndpointError   a gRPC call found a replica whose worker serves no gRPC
         │   ├── CatalogUnavailableError  the state store did not answer a model lookup
+        │   ├── KeyLookupUnavailableError  the state store did not answer a key lookup
         │   └── ShuttingDownError     the activator stops and gave up waiting
         ├── SequenceLostError         the worker a sequence runs on no longer serves its model
         ├── UpstreamError             the worker dropped the request after receiving it
@@ -61,6 +66,25 @@ class ClientClosedError(ActivatorError):
         self.path = path
 
 
+class UnauthenticatedError(ActivatorError):
+    """The request carries no usable API key. ``reason`` says which way it fails, never
+    what the key was."""
+
+    def __init__(self, *, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ForbiddenModelError(ActivatorError):
+    """The request's key may not call ``model``. Said the same way whether the model is
+    registered or not, so that a key learns nothing about models outside its scope."""
+
+    def __init__(self, *, model: str, key_id: str) -> None:
+        super().__init__(f"this API key may not call model '{model}'")
+        self.model = model
+        self.key_id = key_id
+
+
 class TooManyRequestsError(ActivatorError):
     """More requests than the activator takes on; retry after ``retry_after_s``."""
 
@@ -80,6 +104,26 @@ class BufferFullError(TooManyRequestsError):
         )
         self.model = model
         self.limit = limit
+
+
+class QuotaExceededError(TooManyRequestsError):
+    """The request's key is over ``limit`` (``"requests_per_s"``, ``"max_in_flight"`` or
+    ``"activations_per_hour"``) with ``value``; retry after ``retry_after_s``."""
+
+    _WHAT: dict[str, str] = {
+        "requests_per_s": "requests per second",
+        "max_in_flight": "requests in flight",
+        "activations_per_hour": "model activations (cold starts) per hour",
+    }
+
+    def __init__(self, *, key_id: str, limit: str, value: float, retry_after_s: int) -> None:
+        super().__init__(
+            f"API key {key_id} is over its limit of {value:g} {self._WHAT.get(limit, limit)}",
+            retry_after_s=retry_after_s,
+        )
+        self.key_id = key_id
+        self.limit = limit
+        self.value = value
 
 
 class ActivatorUnavailableError(ActivatorError):
@@ -145,6 +189,17 @@ class CatalogUnavailableError(ActivatorUnavailableError):
             retry_after_s=retry_after_s,
         )
         self.model = model
+        self.reason = reason
+
+
+class KeyLookupUnavailableError(ActivatorUnavailableError):
+    """The state store failed to say whether an API key is valid (and it was not cached)."""
+
+    def __init__(self, *, reason: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"cannot check the API key: state store unavailable ({reason})",
+            retry_after_s=retry_after_s,
+        )
         self.reason = reason
 
 

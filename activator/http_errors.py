@@ -12,15 +12,18 @@ from starlette.responses import Response
 from activator.errors import (
     ActivatorUnavailableError,
     ClientClosedError,
+    ForbiddenModelError,
     ModelNotRegisteredError,
+    QuotaExceededError,
     RequestTooLargeError,
     SequenceLostError,
     TooManyRequestsError,
+    UnauthenticatedError,
     UnroutableRequestError,
     UpstreamError,
     UpstreamTimeoutError,
 )
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
 from foundation.http import (
     error_response,
     status_for as _status_for,
@@ -35,9 +38,14 @@ _STATUS: dict[type[BaseException], int] = {
     ClientClosedError: CLIENT_CLOSED,
     RequestTooLargeError: 413,
     UnroutableRequestError: 400,
+    UnauthenticatedError: 401,
+    ForbiddenModelError: 403,
     ModelNotRegisteredError: 404,
     # Gone: the sequence's state is, and no retry of this request brings it back.
     SequenceLostError: 410,
+    # Failed Dependency: the model's load fails for good. Not 5xx, 429 or 408, which
+    # clients (the openai SDK, tritonclient users' loops) retry on their own.
+    ModelFailedError: 424,
     TooManyRequestsError: 429,
     ActivatorUnavailableError: 503,
     UpstreamError: 502,
@@ -50,30 +58,49 @@ def status_for(error: ZeroserveError) -> int:
     return _status_for(error, _STATUS)
 
 
-def from_error(error: ZeroserveError) -> Response:
-    headers: dict[str, str] | None = None
+def _headers(error: ZeroserveError) -> dict[str, str] | None:
     if isinstance(error, TooManyRequestsError | ActivatorUnavailableError):
-        headers = {"Retry-After": str(error.retry_after_s)}
-    return error_response(error.message, status_for(error), headers)
+        return {"Retry-After": str(error.retry_after_s)}
+    if isinstance(error, UnauthenticatedError):
+        return {"WWW-Authenticate": "Bearer"}
+    return None
+
+
+def _openai_code(error: ZeroserveError) -> str | None:
+    if isinstance(error, ModelNotRegisteredError):
+        return "model_not_found"
+    if isinstance(error, UnauthenticatedError):
+        return "invalid_api_key"
+    if isinstance(error, ForbiddenModelError):
+        return "permission_denied"
+    if isinstance(error, QuotaExceededError):
+        return "rate_limit_exceeded"
+    if isinstance(error, ModelFailedError):
+        return "model_failed"
+    return None
+
+
+def from_error(error: ZeroserveError) -> Response:
+    return error_response(error.message, status_for(error), _headers(error))
 
 
 def openai_from_error(error: ZeroserveError) -> Response:
     """``error`` as OpenAI's body: ``{"error": {"message", "type", "param", "code"}}``."""
     status = status_for(error)
-    headers: dict[str, str] | None = None
-    if isinstance(error, TooManyRequestsError | ActivatorUnavailableError):
-        headers = {"Retry-After": str(error.retry_after_s)}
     is_unknown = isinstance(error, ModelNotRegisteredError)
     body = {
         "error": {
             "message": error.message,
             "type": "invalid_request_error" if status < 500 else "server_error",
             "param": "model" if is_unknown else None,
-            "code": "model_not_found" if is_unknown else None,
+            "code": _openai_code(error),
         }
     }
     return Response(
-        orjson.dumps(body), status_code=status, media_type="application/json", headers=headers
+        orjson.dumps(body),
+        status_code=status,
+        media_type="application/json",
+        headers=_headers(error),
     )
 
 

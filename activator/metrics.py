@@ -23,6 +23,7 @@ __all__ = [
     "RequestMetricsMiddleware",
     "RequestObserver",
     "mark_model",
+    "marked_model",
 ]
 
 _MODEL_KEY = "zeroserve.model"
@@ -51,6 +52,12 @@ _DURATION_BUCKETS_S = (
 def mark_model(scope: Scope, model: str) -> None:
     """Count this request under ``model``; call once the name is known to be registered."""
     scope[_MODEL_KEY] = model
+
+
+def marked_model(scope: Scope) -> str | None:
+    """The model :func:`mark_model` named for this request, if any."""
+    model: str | None = scope.get(_MODEL_KEY)
+    return model
 
 
 class RequestObserver(Protocol):

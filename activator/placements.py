@@ -16,7 +16,13 @@ from typing import Protocol
 
 from activator.errors import CatalogUnavailableError
 from activator.lb import Replica, choose
-from foundation.records import ModelRecord, Placement, PlacementEvent, PlacementEventKind
+from foundation.records import (
+    ModelFailure,
+    ModelRecord,
+    Placement,
+    PlacementEvent,
+    PlacementEventKind,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -307,7 +313,8 @@ class PlacementView:
 
 
 class ModelCatalog:
-    """Which model names are registered, cached for ``ttl_s`` (known and unknown alike).
+    """Which model names are registered, cached for ``ttl_s`` (known and unknown alike),
+    and which of them failed for good (their record's ``failure``).
 
     Parameters:
         source: the registry, asked on a miss.
@@ -332,6 +339,8 @@ class ModelCatalog:
         self._retry_after_s = retry_after_s
         self._clock = clock
         self._entries: dict[str, tuple[bool, float]] = {}
+        self._failures: dict[str, ModelFailure] = {}
+        """Registered names whose record carries a failure, as last read."""
 
     def cached(self, name: str) -> bool | None:
         """The cached answer for ``name`` while fresh, else None (no await on the hot path)."""
@@ -339,6 +348,17 @@ class ModelCatalog:
         if entry is not None and entry[1] > self._clock():
             return entry[0]
         return None
+
+    def failure(self, name: str) -> ModelFailure | None:
+        """The failure the model's record carried when last read (no await): requests
+        for it are answered at once instead of waiting for an activation."""
+        return self._failures.get(name)
+
+    def note_failure(self, name: str, failure: ModelFailure) -> None:
+        """Remember that ``name``'s load failed for good, learnt from its activation, until
+        the next read of its record says otherwise."""
+        if name in self._entries:
+            self._failures[name] = failure
 
     async def is_registered(self, name: str) -> bool:
         """Whether ``name`` is registered: the cache while fresh, else the store.
@@ -359,17 +379,22 @@ class ModelCatalog:
                 ) from exc
             logger.warning("state store failed looking up %s; using the cached answer", name)
             return stale[0]
-        self._remember(name, record is not None)
+        self._remember(name, record is not None, record.failure if record else None)
         return record is not None
 
     async def list_models(self) -> list[ModelRecord]:
         """Every registered model, straight from the store (refreshing the cache)."""
         records = await self._source.list_models()
         for record in records:
-            self._remember(record.name, True)
+            self._remember(record.name, True, record.failure)
         return records
 
-    def _remember(self, name: str, is_registered: bool) -> None:
+    def _remember(self, name: str, is_registered: bool, failure: ModelFailure | None) -> None:
         if len(self._entries) >= self._max_entries and name not in self._entries:
             self._entries.clear()
+            self._failures.clear()
         self._entries[name] = (is_registered, self._clock() + self._ttl_s)
+        if failure is None:
+            self._failures.pop(name, None)
+        else:
+            self._failures[name] = failure

@@ -22,6 +22,7 @@ import orjson
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from activator.access_log import note_activation_wait
 from activator.buffer import Buffer, Grant
 from activator.errors import UpstreamBusyError, UpstreamError, UpstreamTimeoutError
 from activator.http_errors import CLIENT_CLOSED
@@ -55,9 +56,10 @@ _HOP_BY_HOP = frozenset(
 )
 """Headers that describe one connection, not the message (RFC 9110 section 7.6.1)."""
 
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect", b"content-length"}
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"expect", b"content-length", b"authorization"}
 """Also kept from the worker: ``Host`` names the activator, the activator's server has
-already answered ``Expect: 100-continue``, and the pool writes the body's length itself."""
+already answered ``Expect: 100-continue``, the pool writes the body's length itself, and
+the caller's API key is the activator's to check (a worker never sees, or logs, it)."""
 
 
 _WHOLE_ANSWER_MAX_BYTES = 1 << 20
@@ -107,6 +109,10 @@ class Proxy:
         self._retry_after_s = retry_after_s
         self._sequences = sequences
 
+    def would_activate(self, model: str) -> bool:
+        """Whether a request for ``model`` now would start an activation."""
+        return self._buffer.would_activate(model)
+
     async def forward(
         self, model: str, scope: Scope, receive: Receive, body: bytes
     ) -> StreamingResponse | Response:
@@ -151,7 +157,11 @@ class Proxy:
             if replica is None:
                 if deadline is None:
                     deadline = loop.time() + self._activation_timeout_s
-                grant = await self._wait_in_buffer(model, receive, deadline, is_retry)
+                waiting_since = loop.time()
+                try:
+                    grant = await self._wait_in_buffer(model, receive, deadline, is_retry)
+                finally:
+                    note_activation_wait(loop.time() - waiting_since)
                 if grant is None:
                     return None
                 replica = grant.replica

@@ -13,6 +13,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from activator.auth import admitted
 from activator.errors import (
     ClientClosedError,
     ModelNotRegisteredError,
@@ -24,7 +25,8 @@ from activator.metadata import EXTENSIONS, SERVER_NAME, server_version
 from activator.metrics import mark_model
 from activator.placements import ModelCatalog
 from activator.state import ActivatorState
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
+from foundation.keys import allows_model
 
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 """Model paths pass every method through (HEAD comes with GET); the worker decides."""
@@ -54,8 +56,16 @@ async def metadata(request: Request) -> Response:
 
 async def model_ready(request: Request) -> Response:
     """A registered model is servable through the activator even at zero replicas, so it
-    is ready; answered here, so that readiness polls neither wake nor keep a model warm."""
-    await _require(_state(request)["catalog"], request.path_params["name"])
+    is ready, unless its load failed for good; answered here, so that readiness polls
+    neither wake nor keep a model warm. The key is checked first, so that a caller outside
+    its scope learns nothing of the model."""
+    state = _state(request)
+    name: str = request.path_params["name"]
+    state["gate"].authorize(admitted(request.scope), name)
+    try:
+        await _require(state["catalog"], name)
+    except ModelFailedError:
+        return Response(status_code=400)  # Triton's "not ready"
     return Response(status_code=200)
 
 
@@ -63,9 +73,11 @@ async def model_request(request: Request) -> Response:
     """Any other ``/v2/models/{name}[/...]`` path: infer, metadata, config, stats, ..."""
     state = _state(request)
     name: str = request.path_params["name"]
+    state["gate"].authorize(admitted(request.scope), name)
     await _require(state["catalog"], name)
     mark_model(request.scope, name)
     body = await _read_body(request, state["settings"].max_request_bytes)
+    await _charge_activation(request, state, name)
     return await state["proxy"].forward(name, request.scope, request.receive, body)
 
 
@@ -90,16 +102,21 @@ async def _openai_request(request: Request) -> Response:
         raise UnroutableRequestError(f"Content-Encoding '{encoding}' is not supported on this path")
     body = await _read_body(request, state["settings"].max_request_bytes)
     name = _openai_model(body)
+    state["gate"].authorize(admitted(request.scope), name)
     await _require(state["catalog"], name)
     mark_model(request.scope, name)
+    await _charge_activation(request, state, name)
     return await state["proxy"].forward(name, request.scope, request.receive, body)
 
 
 async def openai_models(request: Request) -> Response:
+    """The registered models the request's key may call."""
     records = await _state(request)["catalog"].list_models()
+    key = admitted(request.scope).key
     data = [
         {"id": r.name, "object": "model", "created": int(r.created_at), "owned_by": "zeroserve"}
         for r in records
+        if key is None or allows_model(key.models, r.name)
     ]
     return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
@@ -109,12 +126,21 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
+async def _charge_activation(request: Request, state: ActivatorState, name: str) -> None:
+    """Spend one of the key's activations when this request would start ``name``."""
+    if state["proxy"].would_activate(name):
+        await state["gate"].activation(admitted(request.scope))
+
+
 async def _require(catalog: ModelCatalog, name: str) -> None:
     is_known = catalog.cached(name)
     if is_known is None:
         is_known = await catalog.is_registered(name)
     if not is_known:
         raise ModelNotRegisteredError(model=name)
+    failure = catalog.failure(name)
+    if failure is not None:
+        raise ModelFailedError(model=name, reason=failure.reason, failed_at=failure.failed_at)
 
 
 async def _read_body(request: Request, max_bytes: int) -> bytes:

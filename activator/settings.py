@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from activator.access_log import AccessLogFormat
 from foundation.grpc_limits import GrpcLimits
 from foundation.http import ServerLimits
 
@@ -22,6 +23,11 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     """
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
+
+    grpc_frontend: Literal["aio", "h2corn"] = "aio"
+    """What carries the public gRPC endpoint: ``aio`` (grpc.aio, the default here) or
+    ``h2corn`` (`foundation.grpc_front`, as the data plane's default); calls to workers go
+    through grpc.aio channels either way."""
 
     host: str = "127.0.0.1"
     """Address the public HTTP server binds."""
@@ -40,10 +46,32 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     state_url: str = "memory://"
     """Where the control plane keeps its state: ``redis://...`` in a cluster."""
 
+    auth: Literal["keys", "off"] = "keys"
+    """``keys``: every model request needs an API key (``Authorization: Bearer <key>``;
+    health, server metadata and ``/metrics`` stay open). ``off`` serves anyone, unlimited:
+    only for a machine nobody else reaches (it is logged as a warning beyond loopback)."""
+    key_cache_ttl_s: float = Field(default=30.0, gt=0)
+    """How long a looked-up API key is trusted without the store. Revocations reach every
+    activator at once through the store's events; this bounds staleness should those fail."""
+    key_cache_max_entries: int = Field(default=10_000, gt=0)
+    """Bound on remembered key ids (unknown ones included, so made-up keys cannot grow
+    memory)."""
+    quota_fallback_s: float = Field(default=5.0, gt=0)
+    """After the shared quota counters (the cluster's Redis) fail, how long this activator
+    enforces every key's limits on its own before trying them again."""
+    quota_store_timeout_s: float = Field(default=0.25, gt=0)
+    """The most one shared quota check may take before this activator counts on its own."""
+    quota_max_keys: int = Field(default=100_000, gt=0)
+    """Keys whose quota counters one activator keeps in memory."""
+
     buffer_max_requests: int = Field(default=1000, gt=0)
     """Requests one model may have waiting for a replica; one more is answered 429."""
     activation_timeout_s: float = Field(default=120.0, gt=0)
     """How long a request waits for a replica (and an activation call may take) before 503."""
+    activation_poll_s: float = Field(default=1.0, gt=0)
+    """How often an activator apart from the acting control plane re-reads a model's
+    record while its requests wait for an activation, so that a load failing for good is
+    answered at once, not at the deadline."""
     release_concurrency: int = Field(default=8, gt=0)
     """Buffered requests in flight at once on each replica while the buffer drains."""
     retry_after_s: int = Field(default=1, ge=0)
@@ -101,6 +129,13 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     """How long in-flight requests may take to finish on shutdown."""
     readiness_propagation_s: float = Field(default=0.0, ge=0)
     """Pause between failing readiness and refusing connections on shutdown."""
+
+    access_log: bool = True
+    """Write one line per request (health probes and metric scrapes aside) to the
+    ``zeroserve.access`` logger: time, request id, key id, model, protocol, status,
+    latency, time waited for an activation, bytes in and out."""
+    access_log_format: AccessLogFormat = AccessLogFormat.TEXT
+    """``text`` (``key=value`` pairs) or ``json`` (one object a line)."""
 
     cloudwatch_enabled: bool = False
     """Publish request metrics to CloudWatch (PutMetricData, namespace ``zeroserve``) with

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from activator.gate import Gate
 from activator.metrics import ActivatorMetrics
 from activator.placements import ModelCatalog, PlacementView
 from activator.proxy import Proxy
@@ -24,3 +25,4 @@ class ActivatorState(TypedDict):
     view: PlacementView
     lifecycle: Lifecycle
     metrics: ActivatorMetrics
+    gate: Gate

@@ -13,6 +13,12 @@ the rates at or below half of the activator's capacity ("below saturation"):
 * the activator adds at most 1 ms at p50, and
 * at most 3 ms at p99.
 
+With ``--keys`` the two ways are instead two platforms of the same run, each holding the
+model on a worker of its own: one with API keys off, one with keys on and a key whose
+limits (rate, burst, in flight, activations) are all set, high enough never to refuse, so
+that every request pays for checking them. Targets: keys add at most 0.05 ms at p50 and
+0.2 ms at p99, and keep the capacity within 10 %.
+
 Every request is checked once against ONNX Runtime before anything is timed. Results go to
 ``bench/results/<UTC time>-<tag>-activator.json``; ``--profile`` samples the platform
 process with py-spy under activator load instead and writes ``...-activator-profile.txt``.
@@ -20,11 +26,13 @@ process with py-spy under activator load instead and writes ``...-activator-prof
     python bench/activator.py              # full run (about 4.5 minutes)
     python bench/activator.py --quick      # smoke run, under a minute
     python bench/activator.py --profile    # where the activator's time goes
+    python bench/activator.py --keys       # API keys and quotas on against off
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import socket
 import statistics
@@ -43,7 +51,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 
-from bench import engine as engine_module, machine, models, profiling, report
+from bench import (
+    engine as engine_module,
+    gate_cost as gate_cost_module,
+    machine,
+    models,
+    profiling,
+    report,
+)
 from bench.loadgen import BenchLoad, LoadGenerator, Target, WrkLoad, load_plan
 from bench.platform_process import PlatformProcess
 from bench.server import HOST, REPO_ROOT, infer_once, process_cpu_seconds
@@ -58,6 +73,43 @@ ADDED_P50_MS: Final = 1.0
 ADDED_P99_MS: Final = 3.0
 MAX_CONNECTIONS: Final = 256
 """The open loop's connections at most (a request with none idle waits, its latency running)."""
+KEYS_OFF: Final = "keys-off"
+KEYS_ON: Final = "keys-on"
+LOG_OFF: Final = "log-off"
+LOG_ON: Final = "log-on"
+KEY_LIMITS: Final = {
+    "requests_per_s": 1_000_000,
+    "burst": 1_000_000,
+    "max_in_flight": 100_000,
+    "activations_per_hour": 1_000,
+}
+"""Every limit set, none ever reached: the keyed way pays for checking each."""
+
+
+@dataclass(frozen=True)
+class _Roles:
+    """The two ways compared: ``base``, and ``measured``, whose added latency is judged."""
+
+    base: str
+    measured: str
+    added_p50_ms: float
+    added_p99_ms: float
+    capacity_share: float | None
+    """The least ``measured`` capacity as a share of ``base``'s, when judged."""
+    added_by: str
+
+
+PLAIN: Final = _Roles(DIRECT, ACTIVATOR, ADDED_P50_MS, ADDED_P99_MS, None, "the activator")
+KEYED: Final = _Roles(KEYS_OFF, KEYS_ON, 0.05, 0.2, 0.9, "keys and quotas")
+LOGGED: Final = _Roles(LOG_OFF, LOG_ON, 0.05, 0.2, 0.9, "the access log")
+_ENV: Final = {
+    ACTIVATOR: None,
+    KEYS_OFF: None,
+    KEYS_ON: {"ZEROSERVE_ACTIVATOR_AUTH": "keys"},
+    LOG_OFF: {"ZEROSERVE_ACTIVATOR_ACCESS_LOG": "false"},
+    LOG_ON: {"ZEROSERVE_ACTIVATOR_ACCESS_LOG": "true"},
+}
+"""What each way's platform is started with beyond the benchmark's defaults."""
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -76,6 +128,15 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="2 s points, 1 repeat, 2 rates")
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
     parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
+    compare = parser.add_mutually_exclusive_group()
+    compare.add_argument(
+        "--keys", action="store_true", help="API keys and quotas on against off, two platforms"
+    )
+    compare.add_argument(
+        "--access-log",
+        action="store_true",
+        help="the activator's access log on against off, two platforms (otherwise it is on)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy the platform instead")
     parser.add_argument("--profile-rate", type=float, default=400.0)
     parser.add_argument("--top", type=int, default=30, help="functions per profile ranking")
@@ -102,18 +163,33 @@ class _Point:
 
 
 @dataclass(frozen=True)
-class _Setup:
-    """The platform, the model and the two ways to reach its worker."""
+class _Way:
+    """One way to the model: the port, the platform and worker it goes through, and the
+    headers it sends."""
 
+    port: int
     platform: PlatformProcess
+    worker_pid: int
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """The model and the two ways to reach it (``roles``)."""
+
+    roles: _Roles
     model: str
     body: models.RequestBody
-    worker_port: int
-    worker_pid: int
+    ways: dict[str, _Way]
+
+    @property
+    def platform(self) -> PlatformProcess:
+        """The platform of the measured way."""
+        return self.ways[self.roles.measured].platform
 
     def target(self, path: str) -> Target:
-        port = self.worker_port if path == DIRECT else self.platform.port
-        return Target(HOST, port, f"/v2/models/{self.model}/infer")
+        way = self.ways[path]
+        return Target(HOST, way.port, f"/v2/models/{self.model}/infer", way.headers)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,26 +202,55 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(tmp)
         model, spec, model_dir = _write_model(args.model, workdir / "models")
         loadgen: LoadGenerator = WrkLoad(workdir) if WrkLoad.is_available() else BenchLoad()
-        platform = PlatformProcess(
-            workdir, cache_dir=workdir / "cache", allowed_storage=(str(workdir / "models"),)
-        )
-        with platform:
-            setup = _start_model(platform, model, spec, model_dir)
+        roles = KEYED if args.keys else LOGGED if args.access_log else PLAIN
+        with contextlib.ExitStack() as stack:
+            platforms: dict[str, PlatformProcess] = {}
+            paths = (ACTIVATOR,) if roles is PLAIN else (roles.base, roles.measured)
+            for path in paths:
+                platforms[path] = stack.enter_context(
+                    PlatformProcess(
+                        workdir,
+                        cache_dir=workdir / ("cache" if path == ACTIVATOR else f"cache-{path}"),
+                        allowed_storage=(str(workdir / "models"),),
+                        env=_ENV[path],
+                        name="platform" if path == ACTIVATOR else f"platform-{path}",
+                    )
+                )
+            setup = _start_model(roles, platforms, model, spec, model_dir)
             if args.profile:
                 return _profile(args, setup, stamp, tag)
             points, capacity = _measure(args, setup, loadgen)
-            commands = {"platform": platform.command}
+            commands: dict[str, list[str]] = {
+                "platform" if path == ACTIVATOR else f"platform {path}": platform.command
+                for path, platform in platforms.items()
+            }
             if isinstance(loadgen, WrkLoad):
                 commands["capacity"] = loadgen.command(
-                    setup.target(ACTIVATOR),
+                    setup.target(roles.measured),
                     setup.body,
                     connections=args.capacity_connections,
                     duration_s=args.capacity_duration,
                 )
-    activator_capacity = statistics.median(capacity[ACTIVATOR])
+    gate_cost = None
+    if args.keys:
+        # After the platforms stopped: the in-process figure is taken on a quieter machine.
+        gate_cost = gate_cost_module.measure()
+    activator_capacity = statistics.median(capacity[roles.measured])
     limit = SATURATION_SHARE * activator_capacity
-    targets = _targets(points, args.rate_list, limit)
-    print(_table(points, args.rate_list, capacity, limit, spec, model))
+    targets = _targets(roles, points, args.rate_list, limit, capacity)
+    if gate_cost is not None:
+        targets.append(
+            report.Target(
+                "in_process_added",
+                "in process: keys and quotas add <= 0.05 ms of CPU per request",
+                gate_cost["added_us"] / 1000,
+                KEYED.added_p50_ms,
+                is_max=True,
+            )
+        )
+    print(_table(roles, points, args.rate_list, capacity, limit, spec, model))
+    if gate_cost is not None:
+        print("\n" + gate_cost_module.text(gate_cost))
     print(report.targets_text(targets))
     document: dict[str, Any] = {
         "benchmark": "activator",
@@ -164,14 +269,17 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_s": args.warmup,
             "repeats": args.repeats,
             "seed": args.seed,
+            "paths": {"base": roles.base, "measured": roles.measured},
+            "key_limits": KEY_LIMITS if args.keys else None,
             "order": "rates ascending on even repeats, descending on odd; at each rate both "
-            "paths back to back, direct first on even (rate index + repeat), else activator",
+            f"paths back to back, {roles.base} first on even (rate index + repeat), else "
+            f"{roles.measured}",
             "open_loop": "Poisson arrivals, latency from the intended send time "
             f"(zeroserve bench's open loop, in this process, at most {MAX_CONNECTIONS} "
             "connections)",
             "capacity": f"closed loop, {args.capacity_connections} connections, "
             f"{args.capacity_duration} s, {loadgen.name}",
-            "below_saturation": f"rate <= {SATURATION_SHARE} x the activator's median capacity",
+            "below_saturation": f"rate <= {SATURATION_SHARE} x {roles.measured}'s median capacity",
             "commands": commands,
         },
         "capacity": {
@@ -187,13 +295,15 @@ def main(argv: list[str] | None = None) -> int:
             }
             for p in points
         ],
-        "added": _added_json(points, args.rate_list),
+        "added": _added_json(roles, points, args.rate_list),
+        "in_process_cpu_per_request": gate_cost,
         "targets": [asdict(t) | {"passed": t.passed} for t in targets],
     }
     if not args.no_save:
-        path = RESULTS_DIR / f"{stamp}-{tag}-activator{'-quick' if args.quick else ''}.json"
-        report.write_json(path, document)
-        print(f"\nresults: {path.relative_to(REPO_ROOT)} ({document['wall_s']:.0f} s)")
+        suffix = ("-keys" if args.keys else "") + ("-quick" if args.quick else "")
+        saved = RESULTS_DIR / f"{stamp}-{tag}-activator{suffix}.json"
+        report.write_json(saved, document)
+        print(f"\nresults: {saved.relative_to(REPO_ROOT)} ({document['wall_s']:.0f} s)")
     return 0
 
 
@@ -209,31 +319,49 @@ def _write_model(name: str, root: Path) -> tuple[str, models.MlpSpec, Path]:
 
 
 def _start_model(
-    platform: PlatformProcess, model: str, spec: models.MlpSpec, model_dir: Path
+    roles: _Roles,
+    platforms: dict[str, PlatformProcess],
+    model: str,
+    spec: models.MlpSpec,
+    model_dir: Path,
 ) -> _Setup:
-    """Register the model with one replica, wait for it, and check both paths' answers."""
-    platform.register(model, str(model_dir), {"min_replicas": 1, "max_replicas": 1})
-    platform.load(model)
-    [worker] = [w for w in platform.workers() if model in w["models"]]
-    worker_port = int(str(worker["url"]).rsplit(":", 1)[1])
+    """Register the model with one replica on each platform, wait for it, and check every
+    way's answers. Plain: the way through the activator and the way straight to its worker;
+    with keys: each platform's activator, the keyed one with its key."""
+    ways: dict[str, _Way] = {}
+    for path, platform in platforms.items():
+        platform.register(model, str(model_dir), {"min_replicas": 1, "max_replicas": 1})
+        platform.load(model)
+        [worker] = [w for w in platform.workers() if model in w["models"]]
+        worker_pid = int(worker["details"]["pid"])
+        headers: tuple[tuple[str, str], ...] = ()
+        if path == KEYS_ON:
+            key = {"name": "bench", "models": [model], "limits": KEY_LIMITS}
+            created = platform.admin("POST", "/keys", key, expect=(201,))
+            headers = (("Authorization", f"Bearer {created['key']}"),)
+        ways[path] = _Way(platform.port, platform, worker_pid, headers)
+        if path == ACTIVATOR:
+            worker_port = int(str(worker["url"]).rsplit(":", 1)[1])
+            ways[DIRECT] = _Way(worker_port, platform, worker_pid)
     body = models.request_body(spec, models.sample_rows(spec, 1), "binary")
-    setup = _Setup(platform, model, body, worker_port, int(worker["details"]["pid"]))
+    setup = _Setup(roles, model, body, ways)
     row = models.sample_rows(spec, 1)
     expected = engine_module.Engine(model_dir / "1" / "model.onnx").run(row)
-    for path in (DIRECT, ACTIVATOR):
-        port = setup.target(path).port
-        served = infer_once(port, model, body)
+    for path, way in ways.items():
+        served = infer_once(way.port, model, body, extra_headers=dict(way.headers))
         if served.shape != expected.shape or not np.allclose(served, expected, 1e-3, 1e-4):
             raise RuntimeError(f"{path}: the answer differs from ONNX Runtime's")
-    print(f"verified: {model} answers ONNX Runtime's output directly and through the activator")
+    print(f"verified: {model} answers ONNX Runtime's output {' and '.join(ways)}")
     return setup
 
 
 def _measure(
     args: argparse.Namespace, setup: _Setup, loadgen: LoadGenerator
 ) -> tuple[list[_Point], dict[str, list[float]]]:
-    points = {(r, p): _Point(r, p) for r in args.rate_list for p in (DIRECT, ACTIVATOR)}
-    capacity: dict[str, list[float]] = {DIRECT: [], ACTIVATOR: []}
+    roles = setup.roles
+    both = (roles.base, roles.measured)
+    points = {(r, p): _Point(r, p) for r in args.rate_list for p in both}
+    capacity: dict[str, list[float]] = {roles.base: [], roles.measured: []}
     per_repeat = 2 * (args.capacity_duration + 1) + len(points) * (args.duration + args.warmup)
     print(
         f"{len(points)} points x {args.repeats} repeats, ~{args.repeats * per_repeat / 60:.1f} "
@@ -241,7 +369,7 @@ def _measure(
         flush=True,
     )
     for repeat in range(args.repeats):
-        order = (DIRECT, ACTIVATOR) if repeat % 2 == 0 else (ACTIVATOR, DIRECT)
+        order = both if repeat % 2 == 0 else both[::-1]
         for path in order:
             target = setup.target(path)
             loadgen.run(target, setup.body, connections=args.capacity_connections, duration_s=1)
@@ -260,7 +388,7 @@ def _measure(
             )
         rates = args.rate_list if repeat % 2 == 0 else args.rate_list[::-1]
         for index, rate in enumerate(rates):
-            first = (DIRECT, ACTIVATOR) if (index + repeat) % 2 == 0 else (ACTIVATOR, DIRECT)
+            first = both if (index + repeat) % 2 == 0 else both[::-1]
             for path in first:
                 seed = args.seed * 1_000_003 + repeat * 1009 + int(rate)
                 record = _run_point(args, setup, path, rate, seed)
@@ -278,16 +406,17 @@ def _measure(
 def _run_point(
     args: argparse.Namespace, setup: _Setup, path: str, rate: float, seed: int
 ) -> dict[str, Any]:
-    platform_cpu = setup.platform.cpu_seconds()
-    worker_cpu = process_cpu_seconds(setup.worker_pid)
+    way = setup.ways[path]
+    platform_cpu = way.platform.cpu_seconds()
+    worker_cpu = process_cpu_seconds(way.worker_pid)
     busy = machine.busy_cpu_seconds()
     started = time.perf_counter()
     result = _open_loop(
         setup, path, rate, duration_s=args.duration, warmup_s=args.warmup, seed=seed
     )
     wall = time.perf_counter() - started
-    platform_cpu = (setup.platform.cpu_seconds() - platform_cpu) / wall
-    worker_cpu = (process_cpu_seconds(setup.worker_pid) - worker_cpu) / wall
+    platform_cpu = (way.platform.cpu_seconds() - platform_cpu) / wall
+    worker_cpu = (process_cpu_seconds(way.worker_pid) - worker_cpu) / wall
     busy = (machine.busy_cpu_seconds() - busy) / wall
     other = max(busy - platform_cpu - worker_cpu - result.client_cpu_cores, 0.0)
     return _record(result) | {
@@ -351,60 +480,83 @@ def _find(points: list[_Point], rate: float, path: str) -> _Point:
     return next(p for p in points if p.rate == rate and p.path == path)
 
 
-def _added(points: list[_Point], rate: float, key: str) -> float:
-    """Median through the activator minus median straight to the worker."""
-    return _find(points, rate, ACTIVATOR).median(key) - _find(points, rate, DIRECT).median(key)
+def _added(roles: _Roles, points: list[_Point], rate: float, key: str) -> float:
+    """Median of the measured way minus median of the base way."""
+    measured = _find(points, rate, roles.measured).median(key)
+    return measured - _find(points, rate, roles.base).median(key)
 
 
-def _paired_added(points: list[_Point], rate: float, key: str) -> float:
-    """Median over repeats of (activator - direct), each pair measured back to back."""
+def _paired_added(roles: _Roles, points: list[_Point], rate: float, key: str) -> float:
+    """Median over repeats of (measured - base), each pair measured back to back."""
     pairs = zip(
-        _find(points, rate, ACTIVATOR).repeats, _find(points, rate, DIRECT).repeats, strict=True
+        _find(points, rate, roles.measured).repeats,
+        _find(points, rate, roles.base).repeats,
+        strict=True,
     )
     return statistics.median(float(a[key]) - float(d[key]) for a, d in pairs)
 
 
-def _added_json(points: list[_Point], rates: list[float]) -> list[dict[str, Any]]:
+def _added_json(roles: _Roles, points: list[_Point], rates: list[float]) -> list[dict[str, Any]]:
+    keys = ("p50_ms", "p99_ms")
     return [
         {
             "rate": rate,
-            **{f"{k}_diff_of_medians": _added(points, rate, k) for k in ("p50_ms", "p99_ms")},
-            **{
-                f"{k}_median_of_pairs": _paired_added(points, rate, k) for k in ("p50_ms", "p99_ms")
-            },
-            "platform_cpu_ms_per_request": _cpu_per_request(points, rate),
+            **{f"{k}_diff_of_medians": _added(roles, points, rate, k) for k in keys},
+            **{f"{k}_median_of_pairs": _paired_added(roles, points, rate, k) for k in keys},
+            "platform_cpu_ms_per_request": _cpu_per_request(roles, points, rate),
         }
         for rate in rates
     ]
 
 
-def _cpu_per_request(points: list[_Point], rate: float) -> float:
-    """The platform's CPU per request through the activator, less its idle CPU (direct)."""
-    through = _find(points, rate, ACTIVATOR)
-    idle = _find(points, rate, DIRECT).median("platform_cpu_cores")
+def _cpu_per_request(roles: _Roles, points: list[_Point], rate: float) -> float:
+    """The measured way's platform CPU per request, less the base way's: through the
+    activator less its idle CPU (plain), or with keys less without (keys)."""
+    through = _find(points, rate, roles.measured)
+    idle = _find(points, rate, roles.base).median("platform_cpu_cores")
     return (through.median("platform_cpu_cores") - idle) / through.median("throughput") * 1e3
 
 
-def _targets(points: list[_Point], rates: list[float], limit: float) -> list[report.Target]:
+def _targets(
+    roles: _Roles,
+    points: list[_Point],
+    rates: list[float],
+    limit: float,
+    capacity: dict[str, list[float]],
+) -> list[report.Target]:
     targets: list[report.Target] = []
     for rate in rates:
         if rate > limit:
             continue
-        for key, threshold in (("p50_ms", ADDED_P50_MS), ("p99_ms", ADDED_P99_MS)):
+        for key, threshold in (("p50_ms", roles.added_p50_ms), ("p99_ms", roles.added_p99_ms)):
             name = key.removesuffix("_ms")
             targets.append(
                 report.Target(
                     f"added_{name}_at_{rate:g}_per_s",
-                    f"{rate:g}/s: activator adds <= {threshold:g} ms at {name}",
-                    _added(points, rate, key),
+                    f"{rate:g}/s: {roles.added_by} add <= {threshold:g} ms at {name}",
+                    _added(roles, points, rate, key),
                     threshold,
                     is_max=True,
                 )
             )
+    if roles.capacity_share is not None:
+        share = statistics.median(capacity[roles.measured]) / statistics.median(
+            capacity[roles.base]
+        )
+        targets.append(
+            report.Target(
+                "capacity_share",
+                f"capacity with {roles.added_by} >= {roles.capacity_share:g} x without",
+                share,
+                roles.capacity_share,
+                is_max=False,
+            )
+        )
     return targets
 
 
 def _table(
+    roles: _Roles,
     points: list[_Point],
     rates: list[float],
     capacity: dict[str, list[float]],
@@ -425,7 +577,7 @@ def _table(
         "-" * len(header),
     ]
     for rate in rates:
-        for path in (DIRECT, ACTIVATOR):
+        for path in (roles.base, roles.measured):
             p = _find(points, rate, path)
             errors = sum(int(r["error_count"]) for r in p.repeats)
             lines.append(
@@ -438,9 +590,10 @@ def _table(
             )
         mark = "" if rate <= limit else "  (above half the capacity: not judged)"
         lines.append(
-            f"{'':>7} {'added':<10}{'':>8}{_added(points, rate, 'p50_ms'):>+8.2f}"
-            f"{_added(points, rate, 'p90_ms'):>+8.2f}{_added(points, rate, 'p99_ms'):>+8.2f}"
-            f"   platform CPU {_cpu_per_request(points, rate):.2f} ms/request{mark}"
+            f"{'':>7} {'added':<10}{'':>8}{_added(roles, points, rate, 'p50_ms'):>+8.3f}"
+            f"{_added(roles, points, rate, 'p90_ms'):>+8.3f}"
+            f"{_added(roles, points, rate, 'p99_ms'):>+8.3f}"
+            f"   platform CPU {_cpu_per_request(roles, points, rate):.3f} ms/request{mark}"
         )
     cap = {k: statistics.median(v) for k, v in capacity.items()}
     others = [r["other_cpu_cores"] for p in points for r in p.repeats]
@@ -453,13 +606,14 @@ def _table(
         ]
     lines += [
         "",
-        f"capacity (closed loop): direct {cap[DIRECT]:.0f}/s, activator {cap[ACTIVATOR]:.0f}/s; "
-        f"judged below saturation: rates <= {limit:.0f}/s",
+        f"capacity (closed loop): {roles.base} {cap[roles.base]:.0f}/s, {roles.measured} "
+        f"{cap[roles.measured]:.0f}/s; judged below saturation: rates <= {limit:.0f}/s",
         "",
         "p50/p90/p99: from the intended send time to the answer's last byte; svc p50: from the "
         "actual send; lag p99: actual - intended send (the client's own delay); cpu: cores used "
         "by the platform process (control plane + activator), the worker, this client; other: "
-        "the rest of the machine (noise); added: activator median - direct median.",
+        f"the rest of the machine (noise); added: {roles.measured} median - {roles.base} "
+        "median.",
     ]
     return "\n".join(lines)
 
@@ -475,14 +629,19 @@ def _profile(args: argparse.Namespace, setup: _Setup, stamp: str, tag: str) -> i
     duration = max(int(args.duration), 1)
     with tempfile.TemporaryDirectory(prefix="zeroserve-bench-pyspy-") as tmp:
         raw = Path(tmp) / "pyspy-raw.txt"
-        _open_loop(setup, ACTIVATOR, args.profile_rate, duration_s=2, warmup_s=0, seed=1)
+        _open_loop(setup, setup.roles.measured, args.profile_rate, duration_s=2, warmup_s=0, seed=1)
         pid = setup.platform.pid
         command = profiling.pyspy_command(pid, raw, duration, native=False)
         spy = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             before = profiling.thread_cpu_seconds(pid)
             result = _open_loop(
-                setup, ACTIVATOR, args.profile_rate, duration_s=duration, warmup_s=0, seed=2
+                setup,
+                setup.roles.measured,
+                args.profile_rate,
+                duration_s=duration,
+                warmup_s=0,
+                seed=2,
             )
             after = profiling.thread_cpu_seconds(pid)
             output, _ = spy.communicate(timeout=duration + 60)

@@ -17,6 +17,7 @@ server's ModelStatistics success count.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -60,7 +61,8 @@ class Contender:
 
     key: str
     label: str
-    server: Literal["zeroserve", "triton", "echo"]
+    server: str
+    """``zeroserve``, ``triton``, ``echo``, or another name `Servers` was given."""
     protocol: Literal["http", "grpc"]
     model: str
     is_shared_memory: bool = False
@@ -118,7 +120,8 @@ def write_repository(workdir: Path) -> Path:
 class Servers:
     """Where each contender sends what; a context manager releasing the regions and
     channels. ``triton`` None leaves Triton's contender out; ``echo`` is the echo server's
-    pid and address."""
+    pid and address, ``extra`` more servers' by name; ``contenders`` those requests are
+    prepared for."""
 
     def __init__(
         self,
@@ -128,14 +131,21 @@ class Servers:
         grpc_address: str,
         triton: TritonServer | None,
         echo: tuple[int, str],
+        *,
+        extra: Mapping[str, tuple[int, str]] | None = None,
+        contenders: Sequence[Contender] = CONTENDERS,
     ) -> None:
         self.workdir = workdir
+        self._contenders = tuple(contenders)
         self.http_port = http_port
         self.pids = {"zeroserve": zeroserve_pid, "echo": echo[0]}
         self.grpc_addresses = {"zeroserve": grpc_address, "echo": echo[1]}
         if triton is not None:
             self.pids["triton"] = triton.process.pid
             self.grpc_addresses["triton"] = triton.grpc_address
+        for name, (pid, address) in (extra or {}).items():
+            self.pids[name] = pid
+            self.grpc_addresses[name] = address
         self.row = sample_rows(SPEC, 1)
         self.channels = {
             name: grpc.insecure_channel(address) for name, address in self.grpc_addresses.items()
@@ -164,7 +174,7 @@ class Servers:
 
     def _prepare(self) -> None:
         tensor = Tensor(INPUT_NAME, "FP32", self.row)
-        for contender in CONTENDERS:
+        for contender in self._contenders:
             if contender.protocol == "grpc" and not contender.is_shared_memory:
                 self.messages[contender.key] = infer_request(contender.model, None, [tensor])
         host, _, port = self.grpc_addresses["zeroserve"].rpartition(":")
@@ -240,7 +250,7 @@ def check_answers(servers: Servers, contenders: list[Contender]) -> None:
                 servers.call(contender.server, "ModelInfer", servers.messages[contender.key])
             )
             got = _output(answer, servers, contender)
-        if contender is GRPC_ECHO:
+        if contender.server.startswith("echo"):
             if got.shape != expected.shape:
                 raise RuntimeError(f"{contender.label} answered shape {got.shape}")
             continue

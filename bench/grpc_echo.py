@@ -25,7 +25,11 @@ from typing import Any, Final
 import grpc
 import uvloop
 
+from foundation.grpc_front.app import CallContext, GrpcApp, StreamRpc, UnaryRpc
+from foundation.grpc_front.server import serve_grpc_front
+from foundation.grpc_limits import GrpcLimits
 from foundation.proto import grpc_service_pb2 as pb
+from foundation.serving import bind_socket
 
 SERVICE: Final = "inference.GRPCInferenceService"
 START_TIMEOUT_S: Final = 60.0
@@ -84,16 +88,49 @@ class _Echo(grpc.GenericRpcHandler):
         return None
 
 
-async def serve(port: int, model: str) -> None:
-    """Serve on 127.0.0.1:``port`` until SIGTERM or SIGINT."""
-    server = grpc.aio.server(handlers=[_Echo(model)])
-    if server.add_insecure_port(f"127.0.0.1:{port}") == 0:
-        raise SystemExit(f"cannot bind 127.0.0.1:{port}")
-    await server.start()
+def _front_rpcs(echo: _Echo) -> dict[str, UnaryRpc | StreamRpc]:
+    """The echo's methods for `foundation.grpc_front` (no context: the echo uses none)."""
+
+    def unary(method: Any) -> UnaryRpc:
+        async def handle(request: bytes, call: CallContext) -> bytes:
+            answer: bytes = await method(request, None)
+            return answer
+
+        return UnaryRpc(handle)
+
+    return {
+        f"/{SERVICE}/ModelMetadata": unary(echo._metadata),
+        f"/{SERVICE}/ModelConfig": unary(echo._config),
+        f"/{SERVICE}/ModelInfer": unary(echo._infer),
+        f"/{SERVICE}/ModelStatistics": unary(echo._statistics),
+    }
+
+
+async def serve(port: int, model: str, frontend: str = "aio") -> None:
+    """Serve on 127.0.0.1:``port`` with ``frontend`` (grpc.aio or h2corn, as
+    ``GrpcLimits.grpc_frontend`` names them) until SIGTERM or SIGINT."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    echo = _Echo(model)
+    if frontend == "h2corn":
+        limits = GrpcLimits(grpc_frontend="h2corn")
+        app = GrpcApp(
+            _front_rpcs(echo),
+            max_receive_bytes=limits.grpc_max_receive_bytes,
+            max_send_bytes=limits.grpc_max_send_bytes,
+            max_concurrent_rpcs=limits.grpc_max_concurrent_rpcs,
+        )
+        with bind_socket("127.0.0.1", port) as sock:
+            async with serve_grpc_front(app, sock, limits, drain_timeout_s=1.0):
+                print(f"grpc echo (h2corn) listening on 127.0.0.1:{port}", flush=True)
+                await stop.wait()
+        return
+    server = grpc.aio.server(handlers=[echo])
+    if server.add_insecure_port(f"127.0.0.1:{port}") == 0:
+        raise SystemExit(f"cannot bind 127.0.0.1:{port}")
+    await server.start()
     print(f"grpc echo listening on 127.0.0.1:{port}", flush=True)
     await stop.wait()
     await server.stop(grace=1.0)
@@ -103,18 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("port", type=int)
     parser.add_argument("--model", default="light")
+    parser.add_argument("--frontend", choices=["aio", "h2corn"], default="aio")
     args = parser.parse_args(argv)
-    uvloop.run(serve(args.port, args.model))
+    uvloop.run(serve(args.port, args.model, args.frontend))
     return 0
 
 
 @contextlib.contextmanager
-def run_echo(port: int, log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def run_echo(port: int, log_path: Path, frontend: str = "aio") -> Iterator[subprocess.Popen[bytes]]:
     """The echo server in a process of its own on ``port`` until the block ends (stopped,
     killed if it overstays, whatever happens); raises with its log if it never listens."""
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "bench.grpc_echo", str(port)],
+            [sys.executable, "-m", "bench.grpc_echo", str(port), "--frontend", frontend],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=Path(__file__).resolve().parents[1],

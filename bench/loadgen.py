@@ -54,6 +54,8 @@ class Target:
     host: str
     port: int
     path: str
+    headers: tuple[tuple[str, str], ...] = ()
+    """Sent with every request besides the body's own (an API key's ``Authorization``)."""
 
     @property
     def url(self) -> str:
@@ -114,7 +116,7 @@ class WrkLoad:
         self, target: Target, body: RequestBody, *, connections: int, duration_s: int
     ) -> list[str]:
         """The command line :meth:`run` executes (printed in the results)."""
-        script = self._script(body)
+        script = self._script(body, target.headers)
         command = [
             "wrk",
             "-t1",
@@ -161,8 +163,8 @@ class WrkLoad:
             client_cpu_cores=cpu_s / duration,
         )
 
-    def _script(self, body: RequestBody) -> Path:
-        key = body.body + body.content_type.encode()
+    def _script(self, body: RequestBody, headers: tuple[tuple[str, str], ...] = ()) -> Path:
+        key = body.body + body.content_type.encode() + repr(headers).encode()
         if key in self._scripts:
             return self._scripts[key]
         index = len(self._scripts)
@@ -171,6 +173,8 @@ class WrkLoad:
         extra = ""
         if body.header_length is not None:
             extra = f'wrk.headers["Inference-Header-Content-Length"] = "{body.header_length}"'
+        for name, value in headers:
+            extra += f"\nwrk.headers[{_lua_string(name)}] = {_lua_string(value)}"
         script = (
             _LUA_TEMPLATE.replace("@BODY_PATH@", _lua_string(str(body_path)))
             .replace("@CONTENT_TYPE@", _lua_string(body.content_type))
@@ -220,7 +224,7 @@ def load_plan(
     timeout_s: float = 10.0,
 ) -> LoadPlan:
     """``zeroserve bench``'s plan for posting ``body`` to ``target`` again and again."""
-    headers = [("Content-Type", body.content_type)]
+    headers = [("Content-Type", body.content_type), *target.headers]
     if body.header_length is not None:
         headers.append(("Inference-Header-Content-Length", str(body.header_length)))
     endpoint = Endpoint(target.host, target.port)

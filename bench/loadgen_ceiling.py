@@ -163,7 +163,7 @@ def _server(
         repository = workdir / "models"
         models.write_repository(repository, [TINY], max_queue_delay_us=0)
         command = [sys.executable, "-m", "data_plane", "--model-repository", str(repository)]
-        command += ["--http-port", str(port), "--log-level", "warning"]
+        command += ["--http-port", str(port), "--log-level", "warning", "--metrics-port", "0"]
         return ServerProcess(command, port, workdir / "serve.log", pin_cpus=pin), TINY.name, TINY
     raise SystemExit(f"unknown target {target!r}: trivial or serve")
 

@@ -71,6 +71,11 @@ class PlatformProcess:
             "ZEROSERVE_ADMIN_TOKEN": self._token,
             "ZEROSERVE_ALLOWED_STORAGE": ",".join(allowed_storage),
             "ZEROSERVE_CONTROL_PLANE_WORKER_LOG_DIR": str(self.worker_log_dir),
+            # The default SQLite state, kept in the run's folder, not the user's data folder.
+            "XDG_DATA_HOME": str(workdir / f"{name}-data"),
+            # Benchmarks measure serving without keys unless they say otherwise (``env``);
+            # bench/activator.py measures both.
+            "ZEROSERVE_ACTIVATOR_AUTH": "off",
             **(env or {}),
         }
         arguments = ["up", "--port", str(self.port), "--admin-port", str(self.admin_port)]

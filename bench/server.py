@@ -44,6 +44,8 @@ def server_command(
     command = [sys.executable, *python_args, "-m", "data_plane"]
     command += ["--model-repository", str(repository), "--http-port", str(port)]
     command += ["--model-control-mode", "explicit", "--log-level", "warning"]
+    # Metrics on the HTTP port: two servers of a comparison must not both claim 8002.
+    command += ["--metrics-port", "0"]
     for model in models:
         command += ["--load-model", model]
     return command
@@ -220,9 +222,12 @@ def model_counts(port: int, model: str) -> ModelCounts:
     return ModelCounts(int(stats["inference_count"]), int(stats["execution_count"]))
 
 
-def infer_once(port: int, model: str, body: RequestBody) -> np.ndarray:
-    """Post ``body`` once and decode ``OUTPUT0``; raises unless the answer is a 200."""
-    headers = {"Content-Type": body.content_type}
+def infer_once(
+    port: int, model: str, body: RequestBody, *, extra_headers: dict[str, str] | None = None
+) -> np.ndarray:
+    """Post ``body`` once (with ``extra_headers``) and decode ``OUTPUT0``; raises unless the
+    answer is a 200."""
+    headers = {"Content-Type": body.content_type, **(extra_headers or {})}
     if body.header_length is not None:
         headers["Inference-Header-Content-Length"] = str(body.header_length)
     status, answer_headers, payload = request(

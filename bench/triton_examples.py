@@ -283,6 +283,8 @@ def serve_command(repo: Path, http_port: int, grpc_port: int) -> list[str]:
         str(http_port),
         "--grpc-port",
         str(grpc_port),
+        "--metrics-port",
+        "0",
         "--model-control-mode",
         "explicit",
         "--load-model",

@@ -11,7 +11,8 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
 
     {"id", "model", "generation", "trigger",
      "outcome": "ready" | "revived" | "woken" | "failed",
-     "error", "queued_at" (wall clock), "worker": {"id", "url", "started", "start_method"},
+     "error", "is_permanent" (failed only: the load fails for good, the model is marked
+     failed), "queued_at" (wall clock), "worker": {"id", "url", "started", "start_method"},
      "cache": "hit" | "miss" | "local" | "unknown", "bytes_fetched",
      "phases": [{"phase": "queued" | "worker_process" | "worker_ready" | "fetched"
                           | "engine_built" | "wake" | "ready" | "first_response",
@@ -50,19 +51,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from control_plane.errors import ActivationTimeoutError, ModelNotFoundError
+from control_plane import backoff
+from control_plane.errors import (
+    ActivationBackoffError,
+    ActivationTimeoutError,
+    LoadFailedError,
+    ModelNotFoundError,
+)
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PlaceProgress, PlaceResult
 from control_plane.settings import ControlPlaneSettings
-from control_plane.store.base import StateStore
-from foundation.errors import ZeroserveError
-from foundation.records import FirstResponse, ModelRecord, Placement
+from control_plane.store.base import StateStore, StoreConflictError
+from foundation.errors import ModelFailedError, ZeroserveError
+from foundation.records import FirstResponse, ModelFailure, ModelRecord, Placement
 
 __all__ = ["Acting", "ActivationObserver", "Orchestrator", "ReplicaPlacer"]
 
@@ -78,10 +86,15 @@ _SUCCESS = ("ready", "revived", "woken")
 
 
 class ReplicaPlacer(Protocol):
-    """What the orchestrator needs of the placer."""
+    """What the orchestrator needs of the placer (``may_evict`` False: a pre-warm, which
+    takes only free room)."""
 
     async def place(
-        self, model: ModelRecord, *, progress: PlaceProgress | None = None
+        self,
+        model: ModelRecord,
+        *,
+        may_evict: bool = True,
+        progress: PlaceProgress | None = None,
     ) -> PlaceResult: ...
 
 
@@ -146,6 +159,12 @@ class Orchestrator:
         self._blocked: set[str] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}
         """model -> the first response being recorded into its timeline."""
+        self._backoff: dict[str, backoff.Backoff] = {}
+        """model -> its activations' failures in a row for passing reasons."""
+        self._policy = backoff.BackoffPolicy(
+            initial_s=settings.activation_backoff_initial_s,
+            max_s=settings.activation_backoff_max_s,
+        )
 
     # ---- asking ----
 
@@ -156,7 +175,10 @@ class Orchestrator:
     async def activate(self, model: str, *, trigger: str = "request") -> Placement:
         """A placement of ``model``: an existing one, the one being made, or a new one.
 
-        Raises ``ModelNotFoundError``, ``ActivationTimeoutError`` and the placer's errors.
+        Raises ``ModelNotFoundError``, ``ModelFailedError`` (its load failed for good; no
+        activation starts), ``ActivationBackoffError`` (the last one failed for a passing
+        reason and its backoff has not run out; an ``admin`` trigger does not wait),
+        ``ActivationTimeoutError`` and the placer's errors.
         """
         if model in self._blocked:
             raise ModelNotFoundError(model=model)
@@ -166,6 +188,8 @@ class Orchestrator:
         if existing:
             return existing[0]
         running = self._running.get(model)
+        if not running and trigger != "admin":
+            self._check_backoff(model)
         task = next(iter(running)) if running else self._start(model, trigger)
         # shield: a caller that gives up (its request timed out) leaves the activation to
         # the others waiting on it.
@@ -189,8 +213,11 @@ class Orchestrator:
         return live
 
     def add_replicas(self, model: str, count: int, *, trigger: str = "autoscaler") -> None:
-        """Start ``count`` more replicas of ``model`` without waiting for them."""
+        """Start ``count`` more replicas of ``model`` without waiting for them (none while
+        its activations back off)."""
         if model in self._blocked:
+            return
+        if backoff.wait_s(self._backoff.get(model), self._clock()) > 0:
             return
         for _ in range(count):
             task = self._start(model, trigger)
@@ -308,6 +335,14 @@ class Orchestrator:
         task.add_done_callback(done)
         return task
 
+    def _check_backoff(self, model: str) -> None:
+        state = self._backoff.get(model)
+        wait = backoff.wait_s(state, self._clock())
+        if state is not None and wait > 0:
+            raise ActivationBackoffError(
+                model=model, reason=state.reason, retry_after_s=backoff.retry_after_s(wait)
+            )
+
     async def _request(self, model: str, trigger: str) -> None:
         try:
             await self.activate(model, trigger=trigger)
@@ -348,8 +383,14 @@ class Orchestrator:
             if is_stored:
                 await self._store_quietly(self._store.update_activation(model, timeline))
 
+        record = await self._store.get_model(model)
+        if record is not None and record.failure is not None:
+            # Not an activation: none starts until the registration changes or an
+            # explicit load clears the failure.
+            raise ModelFailedError(
+                model=model, reason=record.failure.reason, failed_at=record.failure.failed_at
+            )
         try:
-            record = await self._store.get_model(model)
             if record is None:
                 raise ModelNotFoundError(model=model)
             timeline["generation"] = record.generation
@@ -358,21 +399,37 @@ class Orchestrator:
             )
             try:
                 async with asyncio.timeout(self._settings.activation_timeout_s):
-                    result = await self._placer.place(record, progress=progress)
+                    # A pre-warm is a guess about the next request: it never takes room
+                    # from a model that is loaded now.
+                    result = await self._placer.place(
+                        record, may_evict=trigger != "prewarm", progress=progress
+                    )
             except TimeoutError:
                 raise ActivationTimeoutError(
                     model=model, timeout_s=self._settings.activation_timeout_s
                 ) from None
         except Exception as exc:
             message = exc.message if isinstance(exc, ZeroserveError) else repr(exc)
+            is_permanent = isinstance(exc, LoadFailedError) and exc.is_permanent
             timeline.pop("current", None)
             timeline.pop("bytes_total", None)
-            timeline.update(outcome="failed", error=message)
+            timeline.update(outcome="failed", error=message, is_permanent=is_permanent)
             timeline["durations_s"] = {"total": round(self._clock() - queued, 6)}
             self._metrics.activations.labels("failed", trigger).inc()
             await self._record(model, timeline, is_stored=is_stored)
             logger.warning("activation of %s failed: %s", model, message, extra={"model": model})
+            if record is not None and isinstance(exc, LoadFailedError) and is_permanent:
+                failure = ModelFailure(reason=exc.worker_message, failed_at=self._wall())
+                await self._mark_failed(record, failure)
+                raise ModelFailedError(
+                    model=model, reason=failure.reason, failed_at=failure.failed_at
+                ) from exc
+            if record is not None and not isinstance(exc, ModelNotFoundError):
+                self._backoff[model] = backoff.after_failure(
+                    self._backoff.get(model), self._clock(), self._policy, message
+                )
             raise
+        self._backoff.pop(model, None)
         ready = self._clock()
         timeline.pop("current", None)
         timeline.pop("bytes_total", None)
@@ -388,6 +445,27 @@ class Orchestrator:
             extra={"model": model, "worker": result.worker.id},
         )
         return result.placement
+
+    async def _mark_failed(self, record: ModelRecord, failure: ModelFailure) -> None:
+        """Record the failure on the generation that failed; a registration changed
+        meanwhile (a new generation) keeps no failure, so it is tried as it is now."""
+        try:
+            await self._store.update_model(
+                dataclasses.replace(record, failure=failure),
+                expected_generation=record.generation,
+            )
+        except StoreConflictError:
+            logger.info("%s changed while its load failed; not marking it failed", record.name)
+        except Exception as exc:
+            logger.warning("could not mark %s failed: %s", record.name, exc)
+        else:
+            logger.warning(
+                "%s failed for good; no activation until its registration changes or an "
+                "explicit load: %s",
+                record.name,
+                failure.reason,
+                extra={"model": record.name},
+            )
 
     def _fill(
         self, timeline: dict[str, Any], result: PlaceResult, queued: float, ready: float

@@ -3,9 +3,11 @@
     ZeroserveError                    foundation.errors: the one root
     └── ControlPlaneError
         ├── InvalidInputError         the request is wrong as written (malformed JSON)
-        │   └── SchemaValidationError a field fails the admin schema; names the field
+        │   ├── SchemaValidationError a field fails the admin schema; names the field
+        │   └── InvalidRegistrationError  the stored model is one no worker could load
         ├── UnauthorizedError         missing or wrong admin token
         ├── ModelNotFoundError        no model registered under this name
+        ├── KeyNotFoundError          no API key with this id
         ├── ConflictError             the state says otherwise (name taken)
         │   ├── ModelExistsError
         │   └── StoreConflictError    (store.base) the store's own create/update clash
@@ -14,6 +16,9 @@
         │   ├── ActivationTimeoutError  the activation did not finish in time
         │   ├── WorkerStartError      a worker did not come up
         │   ├── NotActingError        this replica does not hold the lease
+        │   ├── RegistrationCheckUnavailableError  the model's store could not be read now
+        │   ├── ActivationBackoffError  the last activation failed for a passing reason;
+        │   │                         the next one waits its backoff
         │   ├── StoreUnavailableError (store.errors) the state store did not answer
         │   └── KubeApiError          (backends.knative.errors) a Kubernetes API call failed
         ├── WorkerCallError           a worker could not be reached, or failed what it was asked
@@ -33,16 +38,20 @@ from collections.abc import Sequence
 from foundation.errors import ZeroserveError
 
 __all__ = [
+    "ActivationBackoffError",
     "ActivationTimeoutError",
     "ConflictError",
     "ControlPlaneError",
     "ControlPlaneUnavailableError",
     "InvalidInputError",
+    "InvalidRegistrationError",
+    "KeyNotFoundError",
     "LoadFailedError",
     "ModelExistsError",
     "ModelNotFoundError",
     "NoCapacityError",
     "NotActingError",
+    "RegistrationCheckUnavailableError",
     "SchemaValidationError",
     "UnauthorizedError",
     "WorkerCallError",
@@ -67,6 +76,15 @@ class SchemaValidationError(InvalidInputError):
         super().__init__("; ".join(f"{field}: {reason}" for field, reason in errors))
 
 
+class InvalidRegistrationError(InvalidInputError):
+    """The stored model of registration ``model`` is one no worker could load; the
+    message is the worker's own words for the load that would fail."""
+
+    def __init__(self, *, model: str, message: str) -> None:
+        super().__init__(message)
+        self.model = model
+
+
 class UnauthorizedError(ControlPlaneError):
     """The admin token is missing or wrong."""
 
@@ -80,6 +98,14 @@ class ModelNotFoundError(ControlPlaneError):
     def __init__(self, *, model: str) -> None:
         super().__init__(f"model '{model}' is not registered")
         self.model = model
+
+
+class KeyNotFoundError(ControlPlaneError):
+    """No API key has the public id ``key_id``."""
+
+    def __init__(self, *, key_id: str) -> None:
+        super().__init__(f"no API key with id '{key_id}'")
+        self.key_id = key_id
 
 
 class ConflictError(ControlPlaneError):
@@ -142,6 +168,32 @@ class NotActingError(ControlPlaneUnavailableError):
         super().__init__("this control-plane replica is not acting; the acting replica will")
 
 
+class RegistrationCheckUnavailableError(ControlPlaneUnavailableError):
+    """The stored model of ``model`` could not be read to check it (the store is
+    unreachable or slow); nothing was registered or changed."""
+
+    retry_after_s = 5
+
+    def __init__(self, *, model: str, reason: str) -> None:
+        super().__init__(f"cannot check model '{model}' now: {reason}")
+        self.model = model
+        self.reason = reason
+
+
+class ActivationBackoffError(ControlPlaneUnavailableError):
+    """The last activation of ``model`` failed for a reason that may pass (``reason``);
+    the next one starts after ``retry_after_s``."""
+
+    def __init__(self, *, model: str, reason: str, retry_after_s: int) -> None:
+        super().__init__(
+            f"model '{model}' could not be activated ({reason}); the next attempt starts in "
+            f"{retry_after_s} s"
+        )
+        self.model = model
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
 class WorkerCallError(ControlPlaneError):
     """A worker could not be reached, or failed while doing what it was asked."""
 
@@ -152,9 +204,24 @@ class WorkerCallError(ControlPlaneError):
 
 
 class LoadFailedError(WorkerCallError):
-    """The worker refused or failed to load ``model``; ``reason`` is its own message."""
+    """The worker refused or failed to load ``model``; ``reason`` is its own message.
 
-    def __init__(self, *, model: str, worker: str, reason: str) -> None:
+    ``is_permanent`` when the worker said the load cannot succeed as registered (a config
+    or layout error, missing files, the model's code raising: a 4xx answer), as opposed to
+    a failure that may pass (the store unreachable: a 503)."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        worker: str,
+        reason: str,
+        is_permanent: bool = False,
+        worker_message: str | None = None,
+    ) -> None:
         super().__init__(worker=worker, reason=f"loading model '{model}' failed: {reason}")
         self.model = model
         self.reason = reason
+        self.is_permanent = is_permanent
+        self.worker_message = worker_message or reason
+        """The worker's error text alone (no status, no worker id)."""

@@ -77,6 +77,25 @@ class ControlPlaneMetrics:
             ["model"],
             registry=registry,
         )
+        self.replica_seconds = Counter(
+            "zeroserve_model_replica_seconds_total",
+            "Replica-seconds (GPU-seconds on GPU pools, device-seconds on CPU pools) per "
+            "model: serving (requests in flight), idle (loaded, none) and loading",
+            ["model", "state"],
+            registry=registry,
+        )
+        self.cold_starts = Counter(
+            "zeroserve_model_cold_starts_total",
+            "Activations a request waited for, per model",
+            ["model"],
+            registry=registry,
+        )
+        self.cold_start_wait = Counter(
+            "zeroserve_model_cold_start_wait_seconds_total",
+            "Time requests waited for those activations, per model (summed)",
+            ["model"],
+            registry=registry,
+        )
         self.is_acting = Gauge(
             "zeroserve_control_plane_acting",
             "1 while this control-plane replica holds the lease",

@@ -23,6 +23,13 @@ Every ``reaper_interval_s``, while this replica acts:
 Traffic reports expire in the store, so the reaper remembers the last activity it saw of
 each model itself: a model whose reports lapsed is idle since its last request, not since
 its placement.
+
+A model registered with ``scaling.policy: adaptive`` is judged by its keep-alive plan
+instead of ``idle_timeout_s`` alone (``control_plane.keepalive``): the reaper learns its idle
+times from the traffic reports (kept in the store, so a failover forgets nothing), unloads it
+when the plan no longer wants it loaded, and, while it is at zero, asks for a pre-warm (an
+ordinary activation with trigger ``prewarm``, which never evicts another model) one load
+time before the plan's pre-warm.
 """
 
 from __future__ import annotations
@@ -35,13 +42,17 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from control_plane import usage
 from control_plane.backends.base import PodBackend
+from control_plane.keepalive.plan import KeepAlivePlan, wants_loaded
+from control_plane.keepalive.policies import AdaptivePolicy, KeepAlivePolicy
+from control_plane.keepalive.tracker import STATE_KEY, IdleTracker, track
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreUnavailableError
 from foundation.errors import ZeroserveError
-from foundation.records import ModelRecord, Placement, WorkerRecord
+from foundation.records import ModelRecord, Placement, TrafficReport, WorkerRecord
 
 __all__ = [
     "Acting",
@@ -75,6 +86,18 @@ class WorkerDecision:
     """Empty workers to stop."""
     start: bool = False
     """Start one more (empty, warm) worker."""
+
+
+def _decide(
+    policy: KeepAlivePolicy,
+    tracker: IdleTracker,
+    record: ModelRecord,
+    load_s: float,
+    now: float,
+) -> KeepAlivePlan:
+    return policy.decide(
+        tracker.history, bound_s=record.scaling.idle_timeout_s, load_s=load_s, now=now
+    )
 
 
 def decide_workers(
@@ -143,6 +166,8 @@ class Activations(Protocol):
 
     def is_activating(self, model: str) -> bool: ...
 
+    def request(self, model: str, *, trigger: str = "request") -> None: ...
+
 
 class Acting(Protocol):
     @property
@@ -189,6 +214,17 @@ class Reaper:
         """worker id -> failed probes in a row, for workers our backend does not run."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
         """Retirements and worker starts under way, by a key that de-duplicates them."""
+        self._trackers: dict[str, IdleTracker] = {}
+        """Adaptive models -> what they taught about their idle times (read from the store
+        once, written back when it changes)."""
+        self._load_s: dict[str, float] = {}
+        """Adaptive models -> their last measured load time (from activation timelines)."""
+        self._ledgers: dict[str, usage.UsageLedger] = {}
+        """Models -> their usage (read from the store once, written back every few s)."""
+        self._unflushed: dict[str, float] = {}
+        """Models whose ledger changed -> when it was last written to the store."""
+        self._busy: dict[str, bool] = {}
+        """Models -> whether the last sweep saw requests in flight."""
 
     async def run(self) -> None:
         """Sweep every ``reaper_interval_s`` while acting; runs until cancelled."""
@@ -219,6 +255,11 @@ class Reaper:
         sleeping = await self._store.list_sleeping()
         models = {m.name: m for m in await self._store.list_models()}
         await self._reap_models(placements, sleeping, models)
+        for gone in set(self._ledgers) - set(models):
+            del self._ledgers[gone]
+            self._unflushed.pop(gone, None)
+            self._busy.pop(gone, None)
+        await self.flush_usage()
         await self._reap_workers(
             await self._store.list_placements() + await self._store.list_sleeping()
         )
@@ -241,6 +282,7 @@ class Reaper:
             if name not in by_model and name not in asleep:
                 del self._last_active[name]
         await self._reap_sleeping(asleep, models, now)
+        await self._prewarm(by_model, asleep, models, now)
         for name, replicas in by_model.items():
             record = models.get(name)
             if record is None:
@@ -248,7 +290,12 @@ class Reaper:
                     self._retire(p, reason="deleted")
                 continue
             reports = await self._store.traffic(name)
+            learned = None
+            if record.scaling.policy == "adaptive":
+                # Before the checks below: a busy model's requests end its idle periods.
+                learned = await self._plan(record, reports, now)
             in_flight = sum(r.in_flight for r in reports)
+            await self._account(name, replicas, is_busy=in_flight > 0, now=now)
             last = max([r.last_request_at for r in reports] + [p.since for p in replicas])
             if in_flight > 0:
                 last = now
@@ -259,6 +306,44 @@ class Reaper:
             if self._activations.is_activating(name):
                 continue
             idle_s = now - last
+            if learned is not None:
+                tracker, plan, load_s = learned
+                if tracker.idle_since is not None:
+                    # A pre-warmed replica waits for the plan's window, counted from the
+                    # last request; any other (a cold start, an admin load) from its
+                    # placement too, so a fresh load is not undone at once.
+                    since = tracker.idle_since
+                    if tracker.prewarmed_for != since:
+                        since = max(since, min(p.since for p in replicas))
+                    idle_s = now - since
+                is_wanted = wants_loaded(plan, idle_s, load_s)
+                sleep_after_s = record.scaling.sleep_after_s
+                if sleep_after_s > 0 and (idle_s >= sleep_after_s or not is_wanted):
+                    # An engine that can sleep gives the device back at once and wakes in
+                    # a fraction of a load: it sleeps where the plan would unload (or at
+                    # sleep_after_s), and idle_timeout_s unloads it (the sleeping path).
+                    logger.info(
+                        "%s idle for %.1f s; putting it to sleep (%s)",
+                        name,
+                        idle_s,
+                        plan.reason,
+                        extra={"model": name},
+                    )
+                    for p in replicas:
+                        self._sleep(p)
+                    continue
+                if is_wanted:
+                    continue
+                logger.info(
+                    "%s idle for %.1f s; unloading (%s)",
+                    name,
+                    idle_s,
+                    plan.reason,
+                    extra={"model": name},
+                )
+                for p in replicas:
+                    self._retire(p, reason="idle")
+                continue
             sleep_after_s = record.scaling.sleep_after_s
             if 0 < sleep_after_s <= idle_s < record.scaling.idle_timeout_s:
                 logger.info(
@@ -315,6 +400,123 @@ class Reaper:
             )
             for s in sleepers:
                 self._unload_sleeping(s, reason="idle")
+
+    async def _account(
+        self, name: str, replicas: list[Placement], *, is_busy: bool, now: float
+    ) -> None:
+        """Add the time since the last sweep to the model's usage (serving or idle per
+        loaded replica), and the activations finished since."""
+        ledger = self._ledgers.get(name)
+        if ledger is None:
+            doc = await self._store.get_model_state(name, usage.STATE_KEY)
+            ledger = usage.UsageLedger.from_json(doc) if doc else usage.UsageLedger()
+        since = ledger.accounted_at
+        if since is None or any(p.since > since for p in replicas):
+            ledger, added = usage.fold_activations(ledger, await self._store.list_activations(name))
+            for one in added:
+                self._metrics.replica_seconds.labels(name, "loading").inc(one.loading_s)
+                if one.cold_starts:
+                    self._metrics.cold_starts.labels(name).inc(one.cold_starts)
+                    self._metrics.cold_start_wait.labels(name).inc(one.cold_start_wait_s)
+        held = sum(
+            max(0.0, now - max(p.since, since if since is not None else p.since)) for p in replicas
+        )
+        # The time since the last sweep is counted in the state that sweep saw.
+        was_busy = self._busy.get(name, is_busy)
+        self._busy[name] = is_busy
+        state = "serving" if was_busy else "idle"
+        if held > 0:
+            amount = usage.Usage(serving_s=held) if was_busy else usage.Usage(idle_s=held)
+            start = since if since is not None else min(p.since for p in replicas)
+            ledger = usage.add(ledger, amount, start=min(start, now), end=now)
+            self._metrics.replica_seconds.labels(name, state).inc(held)
+        self._ledgers[name] = usage.UsageLedger(
+            buckets=ledger.buckets, counted=ledger.counted, accounted_at=now
+        )
+        self._unflushed.setdefault(name, now)
+
+    async def flush_usage(self, *, force: bool = False) -> None:
+        """Write changed ledgers to the store: those unwritten for ``usage_flush_s``, or
+        all of them with ``force``."""
+        now = self._wall()
+        for name, since in list(self._unflushed.items()):
+            if not force and now - since < self._settings.usage_flush_s:
+                continue
+            ledger = self._ledgers.get(name)
+            if ledger is not None:
+                await self._store.put_model_state(name, usage.STATE_KEY, ledger.to_json())
+            del self._unflushed[name]
+
+    async def _prewarm(
+        self,
+        by_model: dict[str, list[Placement]],
+        asleep: dict[str, list[Placement]],
+        models: dict[str, ModelRecord],
+        now: float,
+    ) -> None:
+        """Learn the idle times of adaptive models at zero and pre-warm them on plan."""
+        for gone in set(self._trackers) - set(models):
+            del self._trackers[gone]
+            self._load_s.pop(gone, None)
+        for name, record in models.items():
+            if record.scaling.policy != "adaptive" or record.scaling.min_replicas > 0:
+                continue
+            if name in by_model or name in asleep or self._activations.is_activating(name):
+                continue
+            reports = await self._store.traffic(name)
+            if any(r.in_flight > 0 for r in reports):
+                continue  # the activator is bringing it up for those requests
+            tracker, plan, load_s = await self._plan(record, reports, now)
+            since = tracker.idle_since
+            if since is None or plan.prewarm_at_s is None or tracker.prewarmed_for == since:
+                continue
+            idle_s = now - since
+            if idle_s < plan.keep_alive_s or not wants_loaded(plan, idle_s, load_s):
+                continue
+            logger.info(
+                "pre-warming %s: idle %.1f s, predicted next request at %.1f s (%s)",
+                name,
+                idle_s,
+                plan.prewarm_at_s,
+                plan.reason,
+                extra={"model": name},
+            )
+            self._trackers[name] = tracker = IdleTracker(
+                history=tracker.history, idle_since=since, prewarmed_for=since
+            )
+            await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
+            self._activations.request(name, trigger="prewarm")
+
+    async def _plan(
+        self, record: ModelRecord, reports: Sequence[TrafficReport], now: float
+    ) -> tuple[IdleTracker, KeepAlivePlan, float]:
+        """The model's tracker updated from ``reports``, its plan, and its load time."""
+        name = record.name
+        policy = AdaptivePolicy(min_gaps=self._settings.keepalive_min_idle_times)
+        tracker = self._trackers.get(name)
+        if tracker is None:
+            doc = await self._store.get_model_state(name, STATE_KEY)
+            tracker = IdleTracker.from_json(doc) if doc else IdleTracker(policy.new_history())
+        last = max((r.last_request_at for r in reports), default=None)
+        tracker, learned = track(
+            tracker, last_request_at=last, in_flight=sum(r.in_flight for r in reports), now=now
+        )
+        self._trackers[name] = tracker
+        if learned or name not in self._load_s:
+            if learned:
+                await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
+            self._load_s[name] = await self._measured_load_s(name)
+        load_s = self._load_s[name]
+        plan = _decide(policy, tracker, record, load_s, now)
+        return tracker, plan, load_s
+
+    async def _measured_load_s(self, model: str) -> float:
+        """The newest successful activation's time to ready, else the configured default."""
+        for timeline in await self._store.list_activations(model):
+            total = timeline.get("durations_s", {}).get("total")
+            if timeline.get("outcome") == "ready" and isinstance(total, (int, float)):
+                return float(total)
+        return self._settings.keepalive_default_load_s
 
     async def _reap_workers(self, placements: list[Placement]) -> None:
         count = 0
@@ -420,6 +622,10 @@ class Reaper:
             await asyncio.wait(list(self._tasks.values()))
 
     async def close(self) -> None:
+        try:
+            await self.flush_usage(force=True)
+        except ZeroserveError as exc:
+            logger.warning("usage not written at shutdown: %s", exc.message)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()

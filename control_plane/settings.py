@@ -158,10 +158,28 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Pause between removing a placement and unloading, for activators to see the removal."""
     activation_timeout_s: float = Field(default=900.0, gt=0)
     """Bound on one whole activation: worker start plus load."""
+    activation_backoff_initial_s: float = Field(default=1.0, gt=0)
+    """Wait before activating a model again after an activation failed for a passing
+    reason (storage unreachable, no capacity, a worker dying); doubles per failure in a
+    row."""
+    activation_backoff_max_s: float = Field(default=60.0, gt=0)
+    """The longest such wait."""
+    inspect_registrations: bool = True
+    """Check each registration and change against its stored model (a listing and small
+    files) and refuse, with 422, one no worker could load."""
+    inspect_timeout_s: float = Field(default=20.0, gt=0)
+    """Bound on one such check; past it the registration is answered 503."""
     pool_grace_period_s: float = Field(default=60.0, ge=0)
     """How long a worker with no models lives before it is stopped (beyond the warm ones)."""
     reaper_interval_s: float = Field(default=1.0, gt=0)
     """Period of the idle-model and idle-worker sweep."""
+    usage_flush_s: float = Field(default=5.0, ge=0)
+    """How often the reaper writes each model's changed usage ledger to the store."""
+    keepalive_default_load_s: float = Field(default=10.0, gt=0, le=3600)
+    """Load time the adaptive keep-alive policy assumes for a model not yet activated."""
+    keepalive_min_idle_times: float = Field(default=10.0, ge=1, le=10_000)
+    """Idle times the adaptive policy needs before it trusts a model's history (fewer: a
+    fixed keep-alive of 10 minutes at most ``idle_timeout_s``)."""
     autoscaler_tick_s: float = Field(default=2.0, gt=0)
     """Period of the autoscaler loop."""
     stable_window_s: float = Field(default=60.0, gt=0, le=3600)
@@ -209,6 +227,10 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     def _check(self) -> Self:
         if self.panic_window_s > self.stable_window_s:
             raise ValueError("panic_window_s must not exceed stable_window_s")
+        if self.activation_backoff_initial_s > self.activation_backoff_max_s:
+            raise ValueError(
+                "activation_backoff_initial_s must not exceed activation_backoff_max_s"
+            )
         if self.warm_workers > self.max_workers:
             raise ValueError("warm_workers must not exceed max_workers")
         if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 8:

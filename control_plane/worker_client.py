@@ -25,7 +25,14 @@ import httpx
 from control_plane.errors import LoadFailedError, WorkerCallError
 from foundation.records import ModelRecord, WorkerRecord
 
-__all__ = ["LoadReport", "WorkerClient", "load_body", "probe_live", "probe_round"]
+__all__ = [
+    "LoadReport",
+    "WorkerClient",
+    "is_permanent_refusal",
+    "load_body",
+    "probe_live",
+    "probe_round",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +155,13 @@ class WorkerClient:
             raise WorkerCallError(worker=worker.id, reason=f"load call failed: {exc!r}") from exc
         duration_s = time.monotonic() - started
         if response.status_code != 200:
-            raise LoadFailedError(model=model.name, worker=worker.id, reason=_reason(response))
+            raise LoadFailedError(
+                model=model.name,
+                worker=worker.id,
+                reason=_reason(response),
+                is_permanent=is_permanent_refusal(response.status_code),
+                worker_message=_error_text(response),
+            )
         return _report(duration_s, response)
 
     async def unload(self, worker: WorkerRecord, model: str) -> None:
@@ -276,6 +289,26 @@ def _segment(model: str) -> str:
     """``model`` as one URL path segment: registration refuses names that need escaping,
     but a name from an older store must still not turn into another path or a query."""
     return quote(model, safe="")
+
+
+_RETRYABLE_STATUSES = frozenset({408, 409, 429})
+
+
+def is_permanent_refusal(status: int) -> bool:
+    """Whether a worker's answer ``status`` to a load means it cannot succeed as asked: a
+    4xx (Triton answers a load that fails on the model itself 400), except the statuses
+    that ask for a retry. A 5xx (the store unreachable: 503) may pass."""
+    return 400 <= status < 500 and status not in _RETRYABLE_STATUSES
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("error"), str):
+        return str(doc["error"]).strip()
+    return response.text[:500]
 
 
 def _reason(response: httpx.Response) -> str:

@@ -115,6 +115,7 @@ def build_repository(
                 inter_op_threads=settings.inter_op_threads,
                 drain_timeout_s=settings.exit_timeout_s,
                 models=calls,
+                custom_metrics=metrics_.custom,
             )
         ),
         on_load=on_load,

@@ -37,6 +37,7 @@ __all__ = [
     "ModelLoadError",
     "ModelNotReadyError",
     "ModelPollError",
+    "ModelStorageUnavailableError",
     "NotFoundError",
     "QueueFullError",
     "RequestTimeoutError",
@@ -69,6 +70,17 @@ class ModelPollError(ModelLoadError):
         )
         self.model = model
         self.reason = reason
+
+
+class ModelStorageUnavailableError(UnavailableError, ModelPollError):
+    """A load failed because the model's store could not be read now (unreachable, slow)
+    or the node cache could not make room: a retry later may succeed, so it is answered
+    as unavailable (503), not as a load the model itself fails."""
+
+    retry_after_s = 5
+
+    def __init__(self, *, model: str, reason: str) -> None:
+        ModelPollError.__init__(self, model=model, reason=reason)
 
 
 class RequestTimeoutError(UnavailableError):

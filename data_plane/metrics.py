@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from data_plane.gpu_metrics import GpuMetrics
+from data_plane.host_metrics import HostMetrics
 from data_plane.llm_metrics import LLMMetrics
 from data_plane.repository import LoadedVersion
 from data_plane.response_cache import CacheSnapshot, ResponseCache
 from data_plane.stats import FAILURE_REASONS, ModelStats
+from runtimes.custom_metrics import CustomMetrics
 
 _COUNTERS: tuple[tuple[str, str], ...] = (
     ("nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
@@ -100,16 +102,20 @@ _CACHE_GAUGES: tuple[tuple[str, str, Callable[[CacheSnapshot], float | int]], ..
 
 class Metrics:
     """The server's metrics; ``render`` produces the ``/metrics`` body, with the
-    ``response_cache``'s gauges when the server has one."""
+    ``response_cache``'s gauges when the server has one, the host's (CPU, memory, pinned
+    pool) and the families models define (``custom``)."""
 
     def __init__(
         self,
         registry: CollectorRegistry | None = None,
         gpus: GpuMetrics | None = None,
         response_cache: ResponseCache | None = None,
+        host: HostMetrics | None = None,
     ) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self.gpus = gpus or GpuMetrics()
+        self.host = host or HostMetrics()
+        self.custom = CustomMetrics()
         self.response_cache = response_cache
         self.model_loads = Counter(
             "zeroserve_model_loads",
@@ -140,7 +146,13 @@ class Metrics:
             for m in serving
             if m.capabilities.generation_metrics is not None
         )
-        lines = [*_triton_lines(serving), *_cache_lines(self.response_cache), *self.gpus.lines()]
+        lines = [
+            *_triton_lines(serving),
+            *_cache_lines(self.response_cache),
+            *self.gpus.lines(),
+            *self.host.lines(),
+            *self.custom.lines(),
+        ]
         return "\n".join(lines).encode() + b"\n" + generate_latest(self.registry)
 
 

@@ -27,7 +27,9 @@ from data_plane.errors import (
     ModelLoadError,
     ModelNotReadyError,
     ModelPollError,
+    ModelStorageUnavailableError,
     NotFoundError,
+    UnavailableError,
     UnknownModelError,
     UnsupportedError,
     ZeroserveError,
@@ -43,6 +45,7 @@ from data_plane.model_version import (
 from data_plane.response_cache import ResponseCache
 from data_plane.storage import (
     CachedModel,
+    CacheFullError,
     FetchProgress,
     NodeCache,
     StorageError,
@@ -469,6 +472,8 @@ class ModelRepository:
             else:
                 uri = parse_storage_uri(storage_uri, allowed=self._settings.allowed_storage)
             cached = await self._cache.fetch(uri, model=name)
+        except (UnavailableError, CacheFullError) as exc:
+            raise ModelStorageUnavailableError(model=name, reason=exc.message) from exc
         except StorageError as exc:
             raise ModelPollError(model=name, reason=exc.message) from exc
         if not uri.is_s3:

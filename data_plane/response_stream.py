@@ -5,9 +5,11 @@ stream's sink, which the runtime hands each response to, from the event loop. Th
 stream buffers at most ``max_buffered`` responses: past that, the runtime is told to
 hold the next one (a stub's response sender waits), so a client that reads slowly slows
 its model down instead of growing the server's memory. Each wait for the next response
-is bounded by ``idle_timeout_s``. Closing the stream (the client went away) makes the
-request read as cancelled to the model, withdraws it if it is still queued, and lets
-the model's later responses through to nowhere.
+is bounded by ``idle_timeout_s``. Closing the stream before its final response was read
+(the client went away) makes the request read as cancelled to the model, withdraws it if
+it is still queued, and lets the model's later responses through to nowhere. Closing it
+after the final response lets the request's execution end on its own: the model has
+answered, and its statistics count a success, not a cancellation.
 
 Transport-free: the gRPC stream and HTTP's generate routes encode what it yields.
 """
@@ -84,6 +86,7 @@ class ResponseStream:
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._has_final = False
+        self._has_read_final = False
         self._is_done = False
         self._is_cancelled = False
 
@@ -119,6 +122,7 @@ class ResponseStream:
         self._release_waiting()
         if response.is_final:
             self._is_done = True
+            self._has_read_final = True
         if response.error is not None:
             return StreamedAnswer([], response.error, response.is_final)
         try:
@@ -129,8 +133,21 @@ class ResponseStream:
         return StreamedAnswer(outputs, None, response.is_final)
 
     async def aclose(self) -> None:
-        """Stop reading: the model sees the request cancelled, a queued request leaves
-        the queue, and responses still coming are dropped."""
+        """Stop reading. Before the final response: the model sees the request
+        cancelled, a queued request leaves the queue, and responses still coming are
+        dropped. After it: the execution ends on its own (its ``execute`` may still be
+        returning after its sender's final flag), waited for at most ``idle_timeout_s``."""
+        task = self._task
+        if self._has_read_final and task is not None and not task.done():
+            # Cancelling here would record an answered request as CANCELED.
+            try:
+                async with asyncio.timeout(self._idle_timeout_s):
+                    await asyncio.shield(task)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            except Exception:  # the execution's failure is its own to record
+                pass
         self._is_done = True
         self._is_cancelled = True
         items, self._items = self._items, deque()

@@ -1,5 +1,6 @@
-"""Running the data plane: its HTTP server, and its gRPC server unless ``grpc_port`` is 0,
-under the one bootstrap (`foundation.serving`), with Triton-like graceful shutdown."""
+"""Running the data plane: its HTTP server, its gRPC server unless ``grpc_port`` is 0 and
+its metrics server unless ``metrics_port`` is 0 (or metrics are disallowed), under the one
+bootstrap (`foundation.serving`), with Triton-like graceful shutdown."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from data_plane.devices import cuda_device_count
 from data_plane.grpc.server import check_port, grpc_listener
 from data_plane.metrics import Metrics
 from data_plane.routes.infer import DirectInfer
+from data_plane.routes.metrics import metrics_app
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
 from foundation import serving
@@ -57,6 +59,17 @@ def run(settings: DataPlaneSettings) -> None:
         proxy_headers=False,
     )
     listeners: list[AbstractAsyncContextManager[object]] = [http]
+    if settings.allow_metrics and settings.metrics_port:
+        listeners.append(
+            HttpListener(
+                metrics_app(lambda: metrics.render(repository.all_serving())),
+                settings,
+                bind_socket(settings.host, settings.metrics_port),
+                name="metrics",
+                drain_timeout_s=settings.exit_timeout_s,
+                proxy_headers=False,
+            )
+        )
     if settings.grpc_port:
         check_port(settings.host, settings.grpc_port)
         # Started after the HTTP listener, whose app builds the handlers both serve with.

@@ -41,6 +41,12 @@ class DataPlaneSettings(BaseSettings, ServerLimits, TraceConfig, GrpcLimits):
     """Port of the HTTP server; 0 picks a free one."""
     grpc_port: int = Field(default=8001, ge=0, le=65535)
     """Port of the gRPC server (Triton's default); 0 serves no gRPC."""
+    metrics_port: int = Field(default=8002, ge=0, le=65535)
+    """Port serving ``/metrics`` alone (Triton's ``--metrics-port`` and default); 0 keeps
+    metrics on the HTTP port only. ``/metrics`` is on the HTTP port either way."""
+    allow_metrics: bool = True
+    """Serve ``/metrics`` at all (Triton's ``--allow-metrics``); false answers 404 on the
+    HTTP port and opens no metrics port."""
     max_header_bytes: int = Field(default=80 * 1024, ge=1024)
     """Largest request line and headers together, then 431: above the activator's (64 KiB),
     which forwards what it accepted, with the proxies on the way adding a few headers."""

@@ -174,13 +174,24 @@ def _options(parser: argparse.ArgumentParser) -> Iterator[str]:
         yield ""
 
 
+def _description(text: str) -> Iterator[str]:
+    """A command's description in Markdown: prose joined into paragraphs, and lines indented
+    by two spaces (examples laid out by hand, as ``zeroserve --help`` has) kept as code."""
+    for block in text.strip().split("\n\n"):
+        lines = block.splitlines()
+        prose = " ".join(" ".join(line for line in lines if not line.startswith("  ")).split())
+        code = [line[2:] for line in lines if line.startswith("  ")]
+        if prose:
+            yield prose
+            yield ""
+        if code:
+            yield from ("```", *code, "```", "")
+
+
 def _command(path: str, parser: argparse.ArgumentParser, summary: str, depth: int) -> Iterator[str]:
     yield f"{'#' * min(depth, 6)} `{path}`"
     yield ""
-    description = parser.description or summary
-    if description:
-        yield " ".join(description.split())
-        yield ""
+    yield from _description(parser.description or summary)
     yield "```"
     yield parser.format_usage().strip()
     yield "```"

@@ -7,9 +7,9 @@ Triton's defaults. Message sizes are bounded (Triton takes up to 2 GiB in).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _INT32_MAX: Final = 2**31 - 1
 _UNSET: Final = 0
@@ -24,6 +24,18 @@ class GrpcLimits(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True)
+
+    grpc_frontend: Literal["aio", "h2corn"] = "h2corn"
+    """What carries gRPC: ``h2corn`` (Rust HTTP/2 under zeroserve's own gRPC layer,
+    `foundation.grpc_front`: 1.3-6x less server CPU per call) or ``aio`` (grpcio's
+    grpc.aio server, which alone carries out the keepalive, ping-strike and connection-age
+    settings below: see docs/operating/grpc.md)."""
+    grpc_http2_max_concurrent_streams: int = Field(default=256, ge=1, le=_INT32_MAX)
+    """Calls at once on one HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS), for the
+    ``h2corn`` front end; grpc.aio sets none."""
+    grpc_h2corn_threads: int = Field(default=1, ge=1, le=64)
+    """Threads doing the ``h2corn`` front end's socket I/O and HTTP/2 framing (its
+    handlers run on the event loop)."""
 
     grpc_max_receive_bytes: int = Field(default=64 * 2**20, ge=1024, le=_INT32_MAX)
     """Largest request message; past it the call fails with RESOURCE_EXHAUSTED before the
@@ -60,6 +72,36 @@ class GrpcLimits(BaseModel):
     grpc_max_connection_age_grace_ms: int = Field(default=0, ge=0)
     """Grace given to calls on a connection past its age; 0 means gRPC's default
     (``--grpc-max-connection-age-grace``)."""
+
+    @model_validator(mode="after")
+    def _check_frontend(self) -> GrpcLimits:
+        if self.grpc_frontend != "h2corn":
+            return self
+        unsupported = [
+            name
+            for name in AIO_ONLY_FIELDS
+            if getattr(self, name) != type(self).model_fields[name].default
+        ]
+        if unsupported:
+            raise ValueError(
+                f"{', '.join(unsupported)} need grpc_frontend 'aio': the h2corn front end "
+                "sends no keepalive pings, counts no ping strikes and ages no connections"
+            )
+        return self
+
+
+AIO_ONLY_FIELDS: Final = (
+    "grpc_keepalive_time_ms",
+    "grpc_keepalive_timeout_ms",
+    "grpc_keepalive_permit_without_calls",
+    "grpc_http2_max_pings_without_data",
+    "grpc_http2_min_recv_ping_interval_without_data_ms",
+    "grpc_http2_max_ping_strikes",
+    "grpc_max_connection_age_ms",
+    "grpc_max_connection_age_grace_ms",
+)
+"""Settings only grpc.aio carries out; set to anything but their defaults, they refuse
+the h2corn front end rather than be ignored by it."""
 
 
 def channel_options(limits: GrpcLimits) -> list[tuple[str, int]]:

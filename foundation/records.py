@@ -28,6 +28,10 @@ class ScalingSpec:
     """No in-flight requests for this long -> its replicas sleep (LLM engines: KV cache
     freed, weights in host memory) until a request wakes them or ``idle_timeout_s`` unloads
     them; 0 never sleeps. Below ``idle_timeout_s`` when set."""
+    policy: str = "fixed"
+    """Keep-alive policy: ``fixed`` unloads after ``idle_timeout_s``; ``adaptive`` learns
+    the model's idle times and unloads sooner, or pre-warms it before its predicted next
+    request, with ``idle_timeout_s`` as the longest it keeps a replica idle."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,17 @@ class ResourceSpec:
     """``cpu`` or ``cuda``."""
     memory_bytes: int = 0
     """Estimate of the memory one loaded replica takes; 0 = unknown (treated as small)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailure:
+    """Why a model's load failed for good, and when: no activation of it starts until its
+    registration changes or it is loaded on purpose (``models load``)."""
+
+    reason: str
+    """The worker's own words for the failed load."""
+    failed_at: float
+    """Wall-clock seconds since the epoch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +74,24 @@ class ModelRecord:
     """Bumped on every update, so placements of an older generation can be told apart."""
     created_at: float = 0.0
     """Wall-clock seconds since the epoch."""
+    failure: ModelFailure | None = None
+    """Set when a load of this generation failed for good (a config or layout error,
+    missing files, a model's ``initialize`` raising); cleared by a change that reloads and
+    by an explicit load."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Self:
+        failure = doc.get("failure")
         return cls(
             **{
                 **doc,
                 "bls_models": tuple(doc.get("bls_models", ())),
                 "scaling": ScalingSpec(**doc.get("scaling", {})),
                 "resources": ResourceSpec(**doc.get("resources", {})),
+                "failure": ModelFailure(**failure) if failure else None,
             }
         )
 

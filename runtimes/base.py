@@ -17,6 +17,7 @@ import numpy as np
 from foundation import model_config
 from foundation.proto.model_config_pb2 import ModelConfig
 from runtimes.capabilities import Capabilities
+from runtimes.custom_metrics import CustomMetrics
 from runtimes.errors import ModelLoadError
 from runtimes.model_request import ModelCaller
 
@@ -58,6 +59,9 @@ class RuntimeOptions:
     models: ModelCaller | None = None
     """The server's other models, for runtimes whose models call them (Triton's BLS);
     None where the server offers no such calls."""
+    custom_metrics: CustomMetrics | None = None
+    """Where models' own metrics go (Triton's ``pb_utils.MetricFamily``), shown on the
+    server's ``/metrics``; None where the server keeps none (models creating one fail)."""
 
 
 class ModelRuntime(abc.ABC):

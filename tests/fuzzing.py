@@ -49,7 +49,14 @@ class FuzzClient:
             asyncio.wait_for(self.client.request(**request), SLOW_S * 3)
         )
         elapsed = time.monotonic() - started
-        assert response.status_code < 500, (request, response.status_code, response.text)
+        # 503 with Retry-After is the API's documented "not now" (no worker with room for the
+        # model as a fuzzed change left it, e.g. on a device this machine lacks), not a fault.
+        is_try_later = response.status_code == 503 and "retry-after" in response.headers
+        assert response.status_code < 500 or is_try_later, (
+            request,
+            response.status_code,
+            response.text,
+        )
         assert elapsed < SLOW_S, (request, elapsed)
         return response
 

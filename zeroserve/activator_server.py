@@ -3,8 +3,9 @@ endpoint and, with ``grpc_port``, its gRPC endpoint, over one activator core.
 
 A standalone activator reaches the control plane only through the shared state store: it
 follows placements, asks for activations with ``store.request_activation`` (the acting
-control plane consumes them with ``subscribe_activation_requests``) and reports traffic and
-first responses there. The store is the control plane's, so the two are joined here, at
+control plane consumes them with ``subscribe_activation_requests``; ``StoreActivate``
+watches the model's record meanwhile, to answer a load failing for good at once) and reports
+traffic and first responses there. The store is the control plane's, so the two are joined here, at
 the top, and the activator package never imports the control plane.
 """
 
@@ -17,6 +18,7 @@ from contextlib import AbstractAsyncContextManager
 from activator.app import create_app_on
 from activator.core import ActivatorCore
 from activator.grpc.server import GrpcListener
+from activator.remote_activation import StoreActivate
 from activator.server import create_server
 from activator.settings import ActivatorSettings
 from activator.state import Lifecycle
@@ -35,7 +37,7 @@ def serve(settings: ActivatorSettings, activator_id: str) -> int:
 
 async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
     # Imported here: a cluster store pulls in its client library only when it is used.
-    from control_plane.store.factory import open_state_store
+    from control_plane.store.factory import open_quota_counters, open_state_store
 
     async with contextlib.AsyncExitStack() as stack:
         try:
@@ -43,11 +45,20 @@ async def _serve(settings: ActivatorSettings, activator_id: str) -> None:
         except ValueError as exc:
             raise SystemExit(f"activator: {exc}") from None
         stack.push_async_callback(store.close)
+        counters = open_quota_counters(settings.state_url, timeout_s=settings.quota_store_timeout_s)
+        if counters is not None:
+            stack.push_async_callback(counters.close)
         lifecycle = Lifecycle()
         # One core for both endpoints: each listener opens it, and the last to stop (HTTP,
         # started first) fails what still waits in the buffer.
+        activate = StoreActivate.from_settings(store, settings)
         core = ActivatorCore(
-            settings, store, store.request_activation, activator_id, lifecycle=lifecycle
+            settings,
+            store,
+            activate,
+            activator_id,
+            lifecycle=lifecycle,
+            counters=counters,
         )
         listeners: list[AbstractAsyncContextManager[object]] = [
             create_server(create_app_on(core), settings, bind_socket(settings.host, settings.port))

@@ -28,7 +28,7 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from prometheus_client import CollectorRegistry
 from pydantic import SecretStr
 
+from activator.remote_activation import StoreActivate
 from activator.settings import ActivatorSettings
 from control_plane.activation import Orchestrator
 from control_plane.api import schemas
@@ -46,18 +47,28 @@ from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.backends.base import PodBackend
 from control_plane.backends.local import LocalBackend
 from control_plane.errors import ModelExistsError
+from control_plane.inspection.inspector import RegistrationInspector
 from control_plane.lease import Lease
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PoolPlacers
 from control_plane.reaper import Reaper
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
-from control_plane.store.factory import open_state_store
+from control_plane.store.errors import StoreUnavailableError
+from control_plane.store.factory import open_quota_counters, open_state_store
+from control_plane.store.sqlite import SqliteStateStore
 from control_plane.worker_client import WorkerClient
 from control_plane.worker_metrics import WorkerMetrics
 from foundation import serving
 from foundation.cloudwatch import CloudWatchPublisher, PutMetricDataSink
-from foundation.serving import HttpListener, Lifecycle, StopSignals, bind_socket
+from foundation.serving import (
+    HttpListener,
+    Lifecycle,
+    ServerStartError,
+    StopSignals,
+    bind_socket,
+)
+from runtimes.registry import available_backends
 
 if TYPE_CHECKING:
     from control_plane.backends.knative.settings import KnativeSettings
@@ -96,16 +107,18 @@ class _EmbeddedActivate:
     """The in-process activator's ``Activate``: the orchestrator itself while this replica
     acts, else a request through the store for the replica that does."""
 
-    def __init__(self, orchestrator: Orchestrator, lease: Lease, store: StateStore) -> None:
+    def __init__(
+        self, orchestrator: Orchestrator, lease: Lease, remote: Callable[[str], Awaitable[None]]
+    ) -> None:
         self._orchestrator = orchestrator
         self._lease = lease
-        self._store = store
+        self._remote = remote
 
     async def __call__(self, model: str) -> None:
         if self._lease.is_acting:
             await self._orchestrator.activate(model, trigger="request")
         else:
-            await self._store.request_activation(model)
+            await self._remote(model)
 
 
 def ensure_admin_token(settings: ControlPlaneSettings) -> tuple[ControlPlaneSettings, bool]:
@@ -126,6 +139,8 @@ class Platform:
         out: where the start banner goes.
         knative: the knative backend's settings when ``settings.backend`` is ``knative``;
             None reads them from the environment.
+        on_started: called with the admin API's URL once every server listens, before the
+            banner (``zeroserve up`` stores the URL and token for the command line there).
     """
 
     def __init__(
@@ -136,6 +151,7 @@ class Platform:
         demo: bool = False,
         out: TextIO = sys.stdout,
         knative: KnativeSettings | None = None,
+        on_started: Callable[[str], None] | None = None,
     ) -> None:
         if settings.admin_token is None:
             raise ValueError("the platform needs an admin token (see ensure_admin_token)")
@@ -148,10 +164,12 @@ class Platform:
         self._demo = demo
         self._out = out
         self._knative = knative
+        self._on_started = on_started
         self._backend: PodBackend | None = None
         self._activator_registry: CollectorRegistry | None = None
         """The in-process activator's metrics, which the console reads for request rates;
         new in each ``run``."""
+        self._demo_key: str | None = None
         self.lifecycle = Lifecycle()
         """The public server's: readiness fails once the platform is stopping."""
 
@@ -181,6 +199,13 @@ class Platform:
                     bind_socket(host, self._activator_settings.grpc_port).close()
             store = open_state_store(settings.state_url)
             stack.push_async_callback(store.close)
+            if isinstance(store, SqliteStateStore):
+                # The file is one platform's: a second one on it stops here, before it
+                # starts a worker of its own.
+                try:
+                    await store.open()
+                except StoreUnavailableError as exc:
+                    raise ServerStartError(server="platform", reason=exc.message) from exc
             registry = CollectorRegistry()
             metrics = ControlPlaneMetrics(registry)
             workers = WorkerClient(
@@ -231,12 +256,16 @@ class Platform:
 
             relay.target = worker_lost
             reaper = Reaper(store, placer, backend, orchestrator, workers, settings, metrics, lease)
+            inspector = self._create_inspector(placer)
+            if inspector is not None:
+                stack.callback(inspector.close)
             service = AdminService(
                 store,
                 orchestrator,
                 placer,
                 backend,
                 lease,
+                inspector=inspector,
                 follow=FollowLimits(poll_s=settings.follow_poll_s, max_s=settings.follow_max_s),
             )
             worker_metrics = None
@@ -306,12 +335,18 @@ class Platform:
                     self._public_servers(
                         self._activator_settings,
                         public_sock,
-                        _EmbeddedActivate(orchestrator, lease, store),
+                        _EmbeddedActivate(
+                            orchestrator,
+                            lease,
+                            StoreActivate.from_settings(store, self._activator_settings),
+                        ),
                         store,
                     )
                 )
             if self._demo:
                 await self._register_demo(service)
+            if self._on_started is not None:
+                self._on_started(admin.url)
             self._banner(admin.url, public)
             await stop.wait()
             logger.info("stopping")
@@ -333,6 +368,7 @@ class Platform:
         from activator.grpc.server import GrpcListener
         from activator.server import create_server
 
+        counters = open_quota_counters(settings.state_url, timeout_s=settings.quota_store_timeout_s)
         core = ActivatorCore(
             settings,
             store,
@@ -340,8 +376,11 @@ class Platform:
             f"activator-{socket.gethostname()}-{os.getpid()}",
             lifecycle=self.lifecycle,
             registry=self._activator_registry,
+            counters=counters,
         )
         async with contextlib.AsyncExitStack() as stack:
+            if counters is not None:
+                stack.push_async_callback(counters.close)
             await stack.enter_async_context(core.open())
             http = create_server(
                 create_app_on(core),
@@ -373,6 +412,19 @@ class Platform:
             self.settings, on_worker_lost=relay, repository=repository, extra_env=extra_env
         )
 
+    def _create_inspector(self, placer: PoolPlacers) -> RegistrationInspector | None:
+        settings = self.settings
+        if not settings.inspect_registrations:
+            return None
+        # Local workers run this interpreter's packages; pods' images are not known here.
+        backends = available_backends() if settings.backend == "local" else None
+        return RegistrationInspector(
+            allowed_storage=settings.allowed_storage,
+            allow_model_code=settings.allow_model_code,
+            pool_of=lambda record: (placer.pool_of(record), backends),
+            timeout_s=settings.inspect_timeout_s,
+        )
+
     async def _register_demo(self, service: AdminService) -> None:
         from data_plane.demo import DEMO_MODEL, write_demo_repository
 
@@ -383,6 +435,12 @@ class Platform:
         )
         with contextlib.suppress(ModelExistsError):
             await service.register(body)
+        activator = self._activator_settings
+        if activator is not None and activator.auth == "keys":
+            from control_plane.keys import KeyService
+
+            # A key for the demo model only: what the banner's curl line sends.
+            self._demo_key, _ = await KeyService(service.store).create("demo", models=(DEMO_MODEL,))
 
     def _banner(self, admin: str, endpoints: _PublicEndpoints | None) -> None:
         lines = [
@@ -397,9 +455,13 @@ class Platform:
             if self._demo:
                 from data_plane.demo import DEMO_MODEL
 
+                auth = ""
+                if self._demo_key is not None:
+                    # The demo key (for the demo model only) is shown here, once.
+                    auth = f' -H "Authorization: Bearer {self._demo_key}"'
                 lines.append(
                     f"demo model '{DEMO_MODEL}' registered (scaled to zero); try:\n"
-                    f"  curl -s -X POST {public}/v2/models/{DEMO_MODEL}/infer"
+                    f"  curl -s -X POST {public}/v2/models/{DEMO_MODEL}/infer{auth}"
                     ' -d \'{"inputs":[{"name":"INPUT0","datatype":"FP32","shape":[1,4],'
                     '"data":[1,2,3,4]}]}\''
                 )
@@ -419,9 +481,13 @@ def serve(
     demo: bool = False,
     out: TextIO = sys.stdout,
     knative: KnativeSettings | None = None,
+    on_started: Callable[[str], None] | None = None,
 ) -> int:
-    """Run the platform until SIGINT or SIGTERM; a second signal kills the workers at once."""
-    platform = Platform(settings, activator_settings, demo=demo, out=out, knative=knative)
+    """Run the platform until SIGINT or SIGTERM; a second signal kills the workers at once.
+    ``on_started`` is called with the admin API's URL once it listens."""
+    platform = Platform(
+        settings, activator_settings, demo=demo, out=out, knative=knative, on_started=on_started
+    )
     # One line per proxied request and per probe would drown the log (and cost time).
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))

@@ -16,11 +16,13 @@ share one :class:`SequenceBindings`, so a sequence may mix them.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Final
 
 import grpc
 
+from activator.access_log import note_activation_wait
 from activator.buffer import Buffer, Grant
 from activator.errors import (
     ModelNotRegisteredError,
@@ -33,6 +35,7 @@ from activator.grpc.status import Metadata
 from activator.lb import Replica, choose_for_key
 from activator.placements import ModelCatalog, PlacementView, ReplicaTable
 from activator.sequences import SequenceBindings, SequenceTag
+from foundation.errors import ModelFailedError
 
 __all__ = [
     "SERVICE",
@@ -121,12 +124,16 @@ class Dispatch:
         self.read_timeout_s = read_timeout_s
 
     async def require(self, model: str) -> None:
-        """Raise :class:`ModelNotRegisteredError` unless ``model`` is registered."""
+        """Raise :class:`ModelNotRegisteredError` unless ``model`` is registered, and
+        ``ModelFailedError`` when its load failed for good."""
         is_known = self._catalog.cached(model)
         if is_known is None:
             is_known = await self._catalog.is_registered(model)
         if not is_known:
             raise ModelNotRegisteredError(model=model)
+        failure = self._catalog.failure(model)
+        if failure is not None:
+            raise ModelFailedError(model=model, reason=failure.reason, failed_at=failure.failed_at)
 
     async def take_turn(
         self,
@@ -152,7 +159,12 @@ class Dispatch:
             replica = None if self._buffer.is_waiting(model) else self._table.choose(model)
         grant = None
         if replica is None:
-            grant = await self._buffer.wait(model, deadline=deadline, requeue=requeue)
+            loop = asyncio.get_running_loop()
+            waiting_since = loop.time()
+            try:
+                grant = await self._buffer.wait(model, deadline=deadline, requeue=requeue)
+            finally:
+                note_activation_wait(loop.time() - waiting_since)
             replica = grant.replica
             if sequence is not None:
                 # The model has replicas now: the sequence's is the one its ID hashes to.

@@ -29,7 +29,10 @@ from typing import Any, Final, NoReturn, TypeVar
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from activator.access_log import current_request_id, note_key_id
 from activator.core import CoreParts
+from activator.errors import UnauthenticatedError
+from activator.gate import CURRENT_KEY_ID, Pass
 from activator.grpc.channels import WorkerChannels
 from activator.grpc.dispatch import SERVICE, Dispatch, WorkerStatusError
 from activator.grpc.status import (
@@ -41,6 +44,8 @@ from activator.grpc.stream import StreamForward, StreamStatusError
 from activator.grpc.unary import UnaryForward
 from activator.grpc.wire import MalformedMessageError, string_fields
 from activator.metadata import EXTENSIONS, SERVER_NAME, server_version
+from foundation import request_ids
+from foundation.errors import ZeroserveError
 from foundation.proto import grpc_service_pb2 as pb
 
 __all__ = ["GrpcRouter"]
@@ -81,6 +86,17 @@ _ALL_MODELS_STATISTICS = (
 )
 
 _Unary = Callable[[bytes, _Context], Awaitable[bytes]]
+_Keyed = Callable[[bytes, _Context, Pass], Awaitable[bytes]]
+
+_OPEN: Final = ("ServerLive", "ServerReady", "ServerMetadata")
+"""RPCs answered without a key, as HTTP's health and metadata paths."""
+
+
+def _authorization(context: _Context) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else value.decode("latin-1")
+    return None
 
 
 class GrpcRouter:
@@ -94,6 +110,7 @@ class GrpcRouter:
     def __init__(self, parts: CoreParts, channels: WorkerChannels) -> None:
         settings = parts.settings
         self._parts = parts
+        self._gate = parts.gate
         dispatch = Dispatch(
             parts.catalog,
             parts.table,
@@ -117,18 +134,37 @@ class GrpcRouter:
 
     def handler(self) -> grpc.GenericRpcHandler:
         """The handler of every RPC of the service."""
+        return grpc.method_handlers_generic_handler(SERVICE, self.methods())
+
+    def methods(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+        """Each RPC's grpc.aio method handler, by method name."""
         methods: dict[str, grpc.RpcMethodHandler[Any, Any]] = {
             "ServerLive": _unary("ServerLive", self._server_live),
             "ServerReady": _unary("ServerReady", self._server_ready),
             "ServerMetadata": _unary("ServerMetadata", self._server_metadata),
-            "ModelReady": _unary("ModelReady", self._model_ready),
+            "ModelReady": _unary("ModelReady", self._keyed(self._model_ready)),
             "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(self._model_stream_infer),
         }
         for rpc in _FORWARDED:
-            methods[rpc] = _unary(rpc, self._forwarder(rpc))
+            methods[rpc] = _unary(rpc, self._keyed(self._forwarder(rpc)))
         for rpc, message in _REFUSED.items():
-            methods[rpc] = _unary(rpc, _refuser(message))
-        return grpc.method_handlers_generic_handler(SERVICE, methods)
+            methods[rpc] = _unary(rpc, self._keyed(_refuser(message)))
+        assert all(rpc in methods for rpc in _OPEN)
+        return methods
+
+    def _keyed(self, method: _Keyed) -> _Unary:
+        """``method`` behind the gate: the call's key is authenticated and its rate and
+        in-flight limits taken before it runs, and its place given back after."""
+
+        async def call(data: bytes, context: _Context) -> bytes:
+            admission = await self._gate.admit(_authorization(context))
+            _note_key(admission.key_id)
+            try:
+                return await method(data, context, admission)
+            finally:
+                admission.release()
+
+        return call
 
     async def _server_live(self, data: bytes, context: _Context) -> bytes:
         _parse(pb.ServerLiveRequest, data)
@@ -146,21 +182,28 @@ class GrpcRouter:
         )
         return response.SerializeToString()
 
-    async def _model_ready(self, data: bytes, context: _Context) -> bytes:
+    async def _model_ready(self, data: bytes, context: _Context, admission: Pass) -> bytes:
         request = _parse(pb.ModelReadyRequest, data)
+        self._gate.authorize(admission, request.name)
         is_ready = self._parts.catalog.cached(request.name)
         if is_ready is None:
             is_ready = await self._parts.catalog.is_registered(request.name)
+        is_ready = is_ready and self._parts.catalog.failure(request.name) is None
         return pb.ModelReadyResponse(ready=is_ready).SerializeToString()
 
-    def _forwarder(self, rpc: str) -> _Unary:
-        async def forward(data: bytes, context: _Context) -> bytes:
+    def _forwarder(self, rpc: str) -> _Keyed:
+        async def forward(data: bytes, context: _Context, admission: Pass) -> bytes:
             try:
                 model = string_fields(data, (1,)).get(1, "")
             except MalformedMessageError:
                 raise _Refusal(GrpcStatus(grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)) from None
             if rpc == "ModelStatistics" and not model:
                 raise _Refusal(GrpcStatus(grpc.StatusCode.UNIMPLEMENTED, _ALL_MODELS_STATISTICS))
+            self._gate.authorize(admission, model)
+            if admission.key is not None and self._parts.buffer.would_activate(model):
+                # Registered first: an unknown name must not spend an activation.
+                await self._dispatch.require(model)
+                await self._gate.activation(admission)
             return await self._unary(model, rpc, data, context)
 
         return forward
@@ -169,12 +212,37 @@ class GrpcRouter:
         self, requests: AsyncIterator[bytes], context: _Context
     ) -> AsyncIterator[bytes]:
         try:
-            async for data in self._stream.stream(requests, context):
+            admission = await self._gate.admit(_authorization(context))
+        except Exception as exc:
+            await _abort(context, grpc_status(exc, "ModelStreamInfer"))
+        _note_key(admission.key_id)
+
+        async def check(model: str) -> GrpcStatus | None:
+            # Each request of the stream: its key may have been revoked since it opened.
+            try:
+                if not self._gate.still_valid(admission):
+                    raise UnauthenticatedError(reason="the API key was revoked or expired")
+                self._gate.authorize(admission, model)
+                if admission.key is not None and self._parts.buffer.would_activate(model):
+                    catalog = self._parts.catalog
+                    is_known = catalog.cached(model)
+                    if is_known is None:
+                        is_known = await catalog.is_registered(model)
+                    if is_known:
+                        await self._gate.activation(admission)
+            except ZeroserveError as exc:
+                return grpc_status(exc, "ModelStreamInfer")
+            return None
+
+        try:
+            async for data in self._stream.stream(requests, context, check=check):
                 yield data
         except StreamStatusError as exc:
             await _abort(context, exc.status)
         except Exception as exc:
             await _abort(context, grpc_status(exc, "ModelStreamInfer"))
+        finally:
+            admission.release()
 
 
 class _Refusal(Exception):
@@ -192,8 +260,8 @@ def _parse(message_class: type[_M], data: bytes) -> _M:
         raise _Refusal(GrpcStatus(grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)) from None
 
 
-def _refuser(message: str) -> _Unary:
-    async def refuse(data: bytes, context: _Context) -> bytes:
+def _refuser(message: str) -> _Keyed:
+    async def refuse(data: bytes, context: _Context, admission: Pass) -> bytes:
         raise _Refusal(GrpcStatus(grpc.StatusCode.UNIMPLEMENTED, message))
 
     return refuse
@@ -214,4 +282,16 @@ def _unary(rpc: str, method: _Unary) -> grpc.RpcMethodHandler[bytes, bytes]:
 
 
 async def _abort(context: _Context, status: GrpcStatus) -> NoReturn:
-    await context.abort(status.code, status.message, status.metadata)
+    metadata = status.metadata
+    request_id = current_request_id()
+    # The call's id, as on HTTP error answers, unless the worker's status already names it.
+    if request_id is not None and all(key != request_ids.METADATA_KEY for key, _ in metadata):
+        metadata = (*metadata, (request_ids.METADATA_KEY, request_id))
+    await context.abort(status.code, status.message, metadata)
+
+
+def _note_key(key_id: str | None) -> None:
+    """The call's key id for the gate's later checks and for its access-log line."""
+    CURRENT_KEY_ID.set(key_id)
+    if key_id is not None:
+        note_key_id(key_id)

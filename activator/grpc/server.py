@@ -1,7 +1,9 @@
 """The activator's gRPC listener, the same standalone and in ``zeroserve up``.
 
 A ``grpc.aio`` server under the activator's `GrpcLimits` (message sizes, a bound on
-concurrent calls, Triton's keepalive defaults, no SO_REUSEPORT), as the data plane's. The
+concurrent calls, Triton's keepalive defaults, no SO_REUSEPORT), as the data plane's; or,
+with ``grpc_frontend`` ``h2corn``, the same router's handlers on `foundation.grpc_front`
+(`activator.grpc.front`). The
 channels to workers carry the same message bounds the other way, and reconnect within a
 second once a worker is back, rather than after gRPC's default backoff of up to two
 minutes.
@@ -11,17 +13,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 from types import TracebackType
 from typing import Self
 
 import grpc
 
+from activator.access_log import AccessLogInterceptor
 from activator.core import ActivatorCore
 from activator.grpc.channels import WorkerChannels
+from activator.grpc.front import front_rpcs
 from activator.grpc.router import GrpcRouter
 from activator.settings import ActivatorSettings
+from foundation.grpc_front.app import GrpcApp
+from foundation.grpc_front.server import serve_grpc_front
 from foundation.grpc_limits import channel_options
-from foundation.serving import graceful
+from foundation.serving import bind_socket, graceful
 
 __all__ = ["GrpcListener", "worker_channel_options"]
 
@@ -54,16 +61,24 @@ class GrpcListener:
     def __init__(self, core: ActivatorCore, settings: ActivatorSettings, *, port: int) -> None:
         self._core = core
         self._settings = settings
-        self._server = grpc.aio.server(
-            options=channel_options(settings),
-            maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
-        )
         host = settings.host
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        try:
-            bound = self._server.add_insecure_port(address)
-        except RuntimeError as exc:  # gRPC's answer to a port in use
-            raise OSError(f"cannot bind the gRPC server to {address}: {exc}") from None
+        self._server: grpc.aio.Server | None = None
+        self._socket: socket.socket | None = None
+        if settings.grpc_frontend == "h2corn":
+            self._socket = bind_socket(host, port)
+            bound = self._socket.getsockname()[1]
+        else:
+            access_log = core.access_log
+            self._server = grpc.aio.server(
+                options=channel_options(settings),
+                maximum_concurrent_rpcs=settings.grpc_max_concurrent_rpcs,
+                interceptors=[] if access_log is None else [AccessLogInterceptor(access_log)],
+            )
+            try:
+                bound = self._server.add_insecure_port(address)
+            except RuntimeError as exc:  # gRPC's answer to a port in use
+                raise OSError(f"cannot bind the gRPC server to {address}: {exc}") from None
         self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
         """``host:port`` the server listens on."""
         self.port = bound
@@ -83,10 +98,28 @@ class GrpcListener:
             stack.push_async_callback(channels.close)
             parts.replica_events.subscribe(channels)
             stack.callback(parts.replica_events.unsubscribe, channels)
-            self._server.add_generic_rpc_handlers([GrpcRouter(parts, channels).handler()])
-            await stack.enter_async_context(
-                graceful(self._server, grace_s=self._settings.exit_timeout_s)
-            )
+            router = GrpcRouter(parts, channels)
+            if self._socket is not None:
+                app = GrpcApp(
+                    front_rpcs(router.methods()),
+                    max_receive_bytes=self._settings.grpc_max_receive_bytes,
+                    max_send_bytes=self._settings.grpc_max_send_bytes,
+                    max_concurrent_rpcs=self._settings.grpc_max_concurrent_rpcs,
+                )
+                await stack.enter_async_context(
+                    serve_grpc_front(
+                        app,
+                        self._socket,
+                        self._settings,
+                        drain_timeout_s=self._settings.exit_timeout_s,
+                    )
+                )
+            else:
+                assert self._server is not None
+                self._server.add_generic_rpc_handlers([router.handler()])
+                await stack.enter_async_context(
+                    graceful(self._server, grace_s=self._settings.exit_timeout_s)
+                )
             logger.info("activator gRPC server listening on %s", self.address)
             self._stack = stack.pop_all()
         return self
@@ -103,4 +136,7 @@ class GrpcListener:
 
     async def aclose(self) -> None:
         """Free the port of a listener that was never entered (harmless otherwise)."""
-        await self._server.stop(None)
+        if self._server is not None:
+            await self._server.stop(None)
+        if self._socket is not None:
+            self._socket.close()

@@ -4,7 +4,9 @@ The codes are those HTTP's statuses map to in gRPC's own table (gRPC's "HTTP to 
 code mapping"), except where Triton's gRPC front end answers otherwise: an unregistered
 model is NOT_FOUND with Triton's text. A full buffer is UNAVAILABLE, not HTTP's 429: it is
 the code gRPC clients and retry policies treat as "try again", and RESOURCE_EXHAUSTED is
-what gRPC itself answers for a message over the size limit, which no retry cures.
+what gRPC itself answers for a message over the size limit, which no retry cures. A key
+over its quota is RESOURCE_EXHAUSTED (gRPC's own meaning: "some resource has been
+exhausted, perhaps a per-user quota"), with the same retry pushback.
 
 Every UNAVAILABLE the activator answers on its own (full buffer, activation failed or too
 slow, shutting down, state store down) carries when to try again as trailing metadata, in
@@ -23,15 +25,18 @@ import grpc
 from activator.errors import (
     ActivatorUnavailableError,
     ClientClosedError,
+    ForbiddenModelError,
     ModelNotRegisteredError,
+    QuotaExceededError,
     RequestTooLargeError,
     SequenceLostError,
     TooManyRequestsError,
+    UnauthenticatedError,
     UnroutableRequestError,
     UpstreamError,
     UpstreamTimeoutError,
 )
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
 
 __all__ = [
     "INTERNAL_MESSAGE",
@@ -52,10 +57,16 @@ _CODES: Final[dict[type[BaseException], grpc.StatusCode]] = {
     ClientClosedError: grpc.StatusCode.CANCELLED,
     RequestTooLargeError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     UnroutableRequestError: grpc.StatusCode.INVALID_ARGUMENT,
+    UnauthenticatedError: grpc.StatusCode.UNAUTHENTICATED,
+    ForbiddenModelError: grpc.StatusCode.PERMISSION_DENIED,
+    # A key over its quota: retrying at once does not help, unlike a full buffer.
+    QuotaExceededError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ModelNotRegisteredError: grpc.StatusCode.NOT_FOUND,
     # HTTP's 410: the system is not in the state the request needs (the sequence's state is
     # gone with its worker), and retrying the same request cannot help.
     SequenceLostError: grpc.StatusCode.FAILED_PRECONDITION,
+    # The model's load fails for good: no retry helps until its registration changes.
+    ModelFailedError: grpc.StatusCode.FAILED_PRECONDITION,
     TooManyRequestsError: grpc.StatusCode.UNAVAILABLE,
     ActivatorUnavailableError: grpc.StatusCode.UNAVAILABLE,
     UpstreamError: grpc.StatusCode.UNAVAILABLE,

@@ -41,12 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
 import grpc
 
+from activator.access_log import note_model
 from activator.grpc.channels import WorkerChannels
 from activator.grpc.dispatch import Dispatch, method_path, worker_failure
 from activator.grpc.status import UNPARSABLE_MESSAGE, GrpcStatus, grpc_status
@@ -63,6 +64,11 @@ logger = logging.getLogger(__name__)
 _PATH: Final = method_path("ModelStreamInfer")
 _MODEL_NAME = 1
 _REQUEST_ID = 3
+
+
+Check = Callable[[str], Awaitable[GrpcStatus | None]]
+"""Asked about the model of each request a stream reads: None lets it through, a status
+ends the stream."""
 
 
 class StreamStatusError(Exception):
@@ -117,14 +123,21 @@ class StreamForward:
         self.max_in_flight = max_in_flight
 
     async def stream(
-        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+        self,
+        requests: AsyncIterator[bytes],
+        context: grpc.aio.ServicerContext[bytes, bytes],
+        *,
+        check: Check | None = None,
     ) -> AsyncIterator[bytes]:
         """The responses to ``requests`` (serialized ModelInferRequests) as they come.
+
+        ``check`` is asked about each request's model as it is read; a status from it ends
+        the stream with that status, once the requests before are answered.
 
         Raises:
             StreamStatusError: the status the stream must end with.
         """
-        session = _Session(self, context)
+        session = _Session(self, context, check)
         async for data in session.run(requests):
             yield data
 
@@ -132,9 +145,15 @@ class StreamForward:
 class _Session:
     """One client stream: its reader, lanes and outgoing queue."""
 
-    def __init__(self, forward: StreamForward, context: grpc.aio.ServicerContext[bytes, bytes]):
+    def __init__(
+        self,
+        forward: StreamForward,
+        context: grpc.aio.ServicerContext[bytes, bytes],
+        check: Check | None = None,
+    ):
         self.forward = forward
         self.context = context
+        self.check = check
         self.metadata = forwarded_metadata(context.invocation_metadata())
         # Bounded by the slots: an answer holds its request's slot until it is sent.
         self.out: asyncio.Queue[_Answer | _End] = asyncio.Queue()
@@ -176,8 +195,12 @@ class _Session:
             except MalformedMessageError:
                 status = GrpcStatus(grpc.StatusCode.INTERNAL, UNPARSABLE_MESSAGE)
                 break
-            await self.slots.acquire()
             model = fields.get(_MODEL_NAME, "")
+            if self.check is not None:
+                status = await self.check(model)
+                if status is not None:
+                    break
+            await self.slots.acquire()
             request = StreamRequest(data, fields.get(_REQUEST_ID, ""))
             key: str | tuple[str, str] = model
             worker_id: str | None = None
@@ -258,6 +281,7 @@ class _Lane:
                         # An unknown name holds nothing: a stream naming many costs no lanes.
                         return
                     continue
+                note_model(self.model)
                 if not await self._serve(request):
                     return
         finally:

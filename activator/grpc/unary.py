@@ -17,25 +17,34 @@ from typing import Any
 
 import grpc
 
+from activator.access_log import current_request_id, note_model
 from activator.grpc.channels import WorkerChannels
 from activator.grpc.dispatch import Dispatch, method_path, worker_failure
 from activator.grpc.status import Metadata
 from activator.grpc.wire import sequence_tag
 from activator.traffic import Traffic
+from foundation import request_ids
 
 __all__ = ["UnaryForward", "forwarded_metadata"]
 
 
-def forwarded_metadata(metadata: Iterable[tuple[str, Any]] | None) -> Metadata | None:
-    """The client's metadata to pass on: all of it but gRPC's own per-hop keys."""
-    if not metadata:
-        return None
-    kept = tuple(
-        (key, value)
-        for key, value in metadata
-        if key != "user-agent" and not key.startswith(("grpc-", ":"))
-    )
-    return kept or None
+def forwarded_metadata(metadata: Iterable[tuple[str, Any]] | None) -> Metadata:
+    """The client's metadata to pass on: all of it but gRPC's own per-hop keys and the
+    caller's API key (the activator's to check and no worker's to see), with the call's
+    ``x-request-id`` (the access log's, else the client's usable one, else a new one) in
+    place of the client's."""
+    request_id = current_request_id()
+    kept: list[tuple[str, Any]] = []
+    for key, value in metadata or ():
+        if key in ("user-agent", "authorization") or key.startswith(("grpc-", ":")):
+            continue
+        if key == request_ids.METADATA_KEY:
+            if request_id is None and isinstance(value, str) and request_ids.is_usable(value):
+                request_id = value
+            continue
+        kept.append((key, value))
+    kept.append((request_ids.METADATA_KEY, request_id or request_ids.new_request_id()))
+    return tuple(kept)
 
 
 class UnaryForward:
@@ -75,6 +84,7 @@ class UnaryForward:
             WorkerStatusError: the worker's own error status.
         """
         await self._dispatch.require(model)
+        note_model(model)
         self._traffic.begin(model)
         try:
             return await self._send(model, rpc, request, context)

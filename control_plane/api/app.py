@@ -23,6 +23,7 @@ from control_plane.api.console.stats import RequestHistory
 from control_plane.api.openapi import openapi_document
 from control_plane.api.service import AdminService
 from control_plane.errors import ConflictError, ControlPlaneUnavailableError
+from control_plane.keys import KeyService
 from control_plane.store.base import StoreConflictError
 from control_plane.store.errors import StoreUnavailableError
 from foundation.errors import ZeroserveError
@@ -45,6 +46,7 @@ class AdminState(TypedDict):
     """What the lifespan hands to every request (``request.state.<key>``)."""
 
     service: AdminService
+    keys: KeyService
     registry: CollectorRegistry
     acting: Acting
     allowed_storage: tuple[str, ...]
@@ -75,18 +77,20 @@ def create_app(
     worker_metrics: WorkerMetricsSource | None = None,
     request_metrics: CollectorRegistry | None = None,
     console_session_s: float = 12 * 3600.0,
+    keys: KeyService | None = None,
 ) -> Starlette:
     """The admin app over ``service``; every ``/admin/v1`` path but the OpenAPI document
     needs ``Authorization: Bearer <token>``. ``/metrics`` and ``/healthz`` are open (the
     admin port binds to loopback unless told otherwise). ``/console`` is the web console: a
     login with the same token opens a session of ``console_session_s``; its request rates
     and latencies come from ``request_metrics`` (an in-process activator's registry), and
-    are not shown without it. ``allow_model_code``
-    False refuses
-    registrations whose backend, platform or config make the model code. ``worker_metrics``,
-    where given, adds the workers' families to ``/metrics`` after the registry's."""
+    are not shown without it. ``allow_model_code`` False refuses registrations whose
+    backend, platform or config make the model code. ``worker_metrics``,
+    where given, adds the workers' families to ``/metrics`` after the registry's. ``keys``
+    manages the API keys (``/admin/v1/keys``); by default over the service's store."""
+    key_service = keys or KeyService(service.store)
     document = openapi_document()
-    keys = SessionKeys(token, lifetime_s=console_session_s)
+    sessions = SessionKeys(token, lifetime_s=console_session_s)
     templates = create_templates()
 
     @contextlib.asynccontextmanager
@@ -98,13 +102,14 @@ def create_app(
         try:
             yield AdminState(
                 service=service,
+                keys=key_service,
                 registry=registry,
                 acting=acting,
                 allowed_storage=tuple(allowed_storage),
                 allow_model_code=allow_model_code,
                 openapi=document,
                 worker_metrics=worker_metrics,
-                console=ConsoleState(keys=keys, history=history, templates=templates),
+                console=ConsoleState(keys=sessions, history=history, templates=templates),
             )
         finally:
             if sampler is not None:
@@ -116,7 +121,7 @@ def create_app(
     # console session (not even body parsing). Each guards its own prefix only.
     middleware = [
         Middleware(BearerAuth, token=token, public_paths=frozenset({OPENAPI_PATH})),
-        Middleware(ConsoleGuard, keys=keys),
+        Middleware(ConsoleGuard, keys=sessions),
     ]
     return Starlette(
         routes=[*routes.routes, *console_routes()],

@@ -17,12 +17,14 @@ from control_plane.errors import (
     ConflictError,
     ControlPlaneUnavailableError,
     InvalidInputError,
+    InvalidRegistrationError,
+    KeyNotFoundError,
     ModelNotFoundError,
     SchemaValidationError,
     UnauthorizedError,
     WorkerCallError,
 )
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
 from foundation.http import (
     error_response,
     handle_http_exception,
@@ -45,8 +47,13 @@ logger = logging.getLogger(__name__)
 STATUS: dict[type[BaseException], int] = {
     InvalidInputError: 400,
     SchemaValidationError: 422,
+    InvalidRegistrationError: 422,
+    # Failed Dependency: the model's own load fails; not a server fault, and a retry
+    # without a change fails the same way.
+    ModelFailedError: 424,
     UnauthorizedError: 401,
     ModelNotFoundError: 404,
+    KeyNotFoundError: 404,
     ConflictError: 409,
     ControlPlaneUnavailableError: 503,
     WorkerCallError: 502,

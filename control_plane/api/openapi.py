@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
-from control_plane.api import schemas
+from control_plane.api import keys, schemas
 
 __all__ = ["openapi_document"]
 
@@ -16,11 +16,14 @@ _REF = "#/components/schemas/{model}"
 _ERRORS = {
     "400": "Malformed JSON",
     "401": "Missing or wrong admin token",
-    "404": "No such model",
-    "409": "The model exists already",
-    "422": "A field fails validation; `fields` names it",
+    "404": "No such model (or key)",
+    "409": "The model exists already, or changed meanwhile",
+    "422": "A field fails validation (`fields` names it), or the stored model is one no "
+    "worker could load (the worker's words for it)",
+    "424": "The model's load failed for good; `zeroserve models load` tries it again",
     "502": "A worker failed the load",
-    "503": "Not possible now (no capacity, not acting, timeout); see Retry-After",
+    "503": "Not possible now (no capacity, not acting, timeout, storage unreachable); see "
+    "Retry-After",
 }
 
 
@@ -39,6 +42,8 @@ def _operation(
     body: type[BaseModel] | None = None,
     errors: tuple[str, ...] = ("401",),
     name_param: bool = False,
+    dry_run: bool = False,
+    key_param: bool = False,
 ) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": summary, "responses": dict(responses)}
     for status in errors:
@@ -48,10 +53,27 @@ def _operation(
             "required": True,
             "content": {"application/json": {"schema": _ref(body)}},
         }
+    parameters: list[dict[str, Any]] = []
     if name_param:
-        operation["parameters"] = [
+        parameters.append(
             {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
-        ]
+        )
+    if dry_run:
+        parameters.append(
+            {
+                "name": "dry_run",
+                "in": "query",
+                "required": False,
+                "description": "Check the stored model and answer the view; change nothing",
+                "schema": {"type": "boolean", "default": False},
+            }
+        )
+    if key_param:
+        parameters.append(
+            {"name": "key_id", "in": "path", "required": True, "schema": {"type": "string"}}
+        )
+    if parameters:
+        operation["parameters"] = parameters
     return operation
 
 
@@ -64,8 +86,13 @@ def openapi_document() -> dict[str, Any]:
             (schemas.ModelView, "serialization"),
             (schemas.ModelList, "serialization"),
             (schemas.Activations, "serialization"),
+            (schemas.UsageView, "serialization"),
             (schemas.WorkerList, "serialization"),
             (schemas.ErrorBody, "serialization"),
+            (keys.KeyCreate, "validation"),
+            (keys.KeyCreated, "serialization"),
+            (keys.KeyView, "serialization"),
+            (keys.KeyList, "serialization"),
         ],
         ref_template=_REF,
     )
@@ -78,10 +105,14 @@ def openapi_document() -> dict[str, Any]:
                 "List registered models", {"200": _json(schemas.ModelList, "Every model")}
             ),
             "post": _operation(
-                "Register a model",
-                {"201": _json(schemas.ModelView, "Registered")},
+                "Register a model (its stored model is checked first)",
+                {
+                    "201": _json(schemas.ModelView, "Registered"),
+                    "200": _json(schemas.ModelView, "dry_run: it would be registered"),
+                },
                 body=schemas.ModelCreate,
-                errors=("400", "401", "409", "422"),
+                errors=("400", "401", "409", "422", "503"),
+                dry_run=True,
             ),
         },
         "/admin/v1/models/{name}": {
@@ -92,8 +123,9 @@ def openapi_document() -> dict[str, Any]:
                 "Change a model (a storage or config change reloads its replicas)",
                 {"200": view},
                 body=schemas.ModelPatch,
-                errors=("400", "401", "404", "422"),
+                errors=("400", "401", "404", "409", "422", "503"),
                 name_param=True,
+                dry_run=True,
             ),
             "delete": _operation(
                 "Unload a model everywhere and forget it",
@@ -109,7 +141,7 @@ def openapi_document() -> dict[str, Any]:
                     "200": view,
                     "202": _json(schemas.ModelView, "Passed on to the acting control plane"),
                 },
-                errors=("401", "404", "502", "503"),
+                errors=("401", "404", "424", "502", "503"),
                 name_param=True,
             )
         },
@@ -157,10 +189,47 @@ def openapi_document() -> dict[str, Any]:
                 ],
             }
         },
+        "/admin/v1/models/{name}/usage": {
+            "get": _operation(
+                "What a model cost over a time range (query start, end: seconds since the "
+                "epoch; default the last 24 hours; hourly resolution)",
+                {"200": _json(schemas.UsageView, "Replica-seconds and cold starts")},
+                errors=(*item, "422"),
+                name_param=True,
+            )
+        },
         "/admin/v1/workers": {
             "get": _operation(
                 "Runtime workers and their models",
                 {"200": _json(schemas.WorkerList, "Every worker")},
+            )
+        },
+        "/admin/v1/keys": {
+            "get": _operation(
+                "List API keys (never their secrets)",
+                {"200": _json(keys.KeyList, "Every key, revoked ones included")},
+            ),
+            "post": _operation(
+                "Create an API key for the model endpoints",
+                {"201": _json(keys.KeyCreated, "Created; the key is shown this once")},
+                body=keys.KeyCreate,
+                errors=("400", "401", "422"),
+            ),
+        },
+        "/admin/v1/keys/{key_id}": {
+            "get": _operation(
+                "An API key (without its secret)",
+                {"200": _json(keys.KeyView, "The key")},
+                errors=item,
+                key_param=True,
+            )
+        },
+        "/admin/v1/keys/{key_id}/revoke": {
+            "post": _operation(
+                "Revoke an API key (every activator refuses it within a second)",
+                {"200": _json(keys.KeyView, "Revoked")},
+                errors=item,
+                key_param=True,
             )
         },
     }
@@ -169,7 +238,10 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "zeroserve admin API",
             "version": "1",
-            "description": "Register models, control their replicas, read cold-start timelines.",
+            "description": (
+                "Register models, control their replicas, read cold-start timelines, "
+                "manage API keys."
+            ),
         },
         "paths": paths,
         "components": {

@@ -14,13 +14,13 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from control_plane.api import schemas
+from control_plane.api import keys, schemas
+from control_plane.api.bodies import read_json
 from control_plane.api.service import AdminService
-from control_plane.errors import InvalidInputError
+from control_plane.errors import InvalidInputError, SchemaValidationError
 
 __all__ = ["routes"]
 
-_MAX_BODY_BYTES = 4 * 2**20
 _T = TypeVar("_T", bound=BaseModel)
 
 
@@ -38,18 +38,7 @@ def _view(model: BaseModel, status: int = 200) -> Response:
 
 
 async def _body(request: Request) -> dict[str, Any]:
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > _MAX_BODY_BYTES:
-            raise InvalidInputError(f"the request body is larger than {_MAX_BODY_BYTES} bytes")
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidInputError(f"malformed JSON in the request body: {exc}") from None
-    if not isinstance(doc, dict):
-        raise InvalidInputError("the request body must be a JSON object")
-    return doc
+    return await read_json(request)
 
 
 def _validate(model: type[_T], doc: dict[str, Any], request: Request) -> _T:
@@ -67,9 +56,18 @@ async def list_models(request: Request) -> Response:
     return _view(await _service(request).list_models())
 
 
+def _dry_run(request: Request) -> bool:
+    value = request.query_params.get("dry_run", "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise InvalidInputError(f"dry_run must be true or false, not {value!r}")
+    return value in ("true", "1")
+
+
 async def create_model(request: Request) -> Response:
+    dry_run = _dry_run(request)
     body = _validate(schemas.ModelCreate, await _body(request), request)
-    return _view(await _service(request).register(body), 201)
+    view = await _service(request).register(body, dry_run=dry_run)
+    return _view(view, 200 if dry_run else 201)
 
 
 async def get_model(request: Request) -> Response:
@@ -77,8 +75,11 @@ async def get_model(request: Request) -> Response:
 
 
 async def update_model(request: Request) -> Response:
+    dry_run = _dry_run(request)
     patch = _validate(schemas.ModelPatch, await _body(request), request)
-    return _view(await _service(request).update(request.path_params["name"], patch))
+    return _view(
+        await _service(request).update(request.path_params["name"], patch, dry_run=dry_run)
+    )
 
 
 async def delete_model(request: Request) -> Response:
@@ -147,6 +148,27 @@ _DEFAULT_FOLLOW_WAIT_S = 30.0
 """How long a follow waits for an activation to start when none is running."""
 
 
+async def model_usage(request: Request) -> Response:
+    end = _time_param(request, "end", time.time())
+    start = _time_param(request, "start", end - 86400.0)
+    if start > end:
+        raise SchemaValidationError(errors=[("start", "after end")])
+    return _view(await _service(request).usage(request.path_params["name"], start=start, end=end))
+
+
+def _time_param(request: Request, key: str, default: float) -> float:
+    raw = request.query_params.get(key)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SchemaValidationError(errors=[(key, "not seconds since the epoch")]) from None
+    if not math.isfinite(value):
+        raise SchemaValidationError(errors=[(key, "not finite")])
+    return value
+
+
 async def list_workers(request: Request) -> Response:
     return _view(await _service(request).workers())
 
@@ -181,7 +203,9 @@ routes = [
     Route("/admin/v1/models/{name}/load", load_model, methods=["POST"]),
     Route("/admin/v1/models/{name}/unload", unload_model, methods=["POST"]),
     Route("/admin/v1/models/{name}/activations", model_activations, methods=["GET"]),
+    Route("/admin/v1/models/{name}/usage", model_usage, methods=["GET"]),
     Route("/admin/v1/workers", list_workers, methods=["GET"]),
+    *keys.routes,
     Route("/metrics", metrics, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),
 ]

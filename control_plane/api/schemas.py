@@ -32,8 +32,12 @@ from foundation import ensemble_config, model_config, names
 
 __all__ = [
     "Activations",
+    "KeepAlivePolicyName",
+    "ReplicaSeconds",
+    "UsageView",
     "Device",
     "ErrorBody",
+    "Failure",
     "ModelCreate",
     "ModelList",
     "ModelPatch",
@@ -60,6 +64,7 @@ __all__ = [
 Device = Literal["cpu", "cuda"]
 MAX_BLS_MODELS = 64
 """The most models one registration may name in ``bls_models``."""
+KeepAlivePolicyName = Literal["fixed", "adaptive"]
 ModelState = Literal["ready", "loading", "unloading", "sleeping", "scaled_to_zero", "failed"]
 
 
@@ -89,6 +94,12 @@ class ScalingSpec(_Strict):
         "KV cache freed, weights in host memory) until a request wakes them or "
         "idle_timeout_s unloads them (min_replicas 0); 0 = never sleep",
     )
+    policy: KeepAlivePolicyName = Field(
+        default="fixed",
+        description="Keep-alive policy: fixed (unload after idle_timeout_s) or adaptive "
+        "(learned from the model's idle times: unload sooner, pre-warm before the predicted "
+        "next request; idle_timeout_s is the longest it keeps a replica idle)",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> Self:
@@ -116,6 +127,7 @@ class ScalingPatch(_Strict):
     target_concurrency: float | None = Field(default=None, gt=0, le=1_000_000)
     idle_timeout_s: float | None = Field(default=None, gt=0, le=30 * 86400)
     sleep_after_s: float | None = Field(default=None, ge=0, le=30 * 86400)
+    policy: KeepAlivePolicyName | None = None
 
 
 class ResourcesPatch(_Strict):
@@ -355,6 +367,14 @@ class Replica(BaseModel):
     since: float = Field(description="Wall-clock seconds since the epoch")
 
 
+class Failure(BaseModel):
+    """Why the model's last load failed for good; no activation starts until its
+    registration changes or it is loaded on purpose."""
+
+    reason: str = Field(description="The worker's words for the failed load")
+    failed_at: float = Field(description="Wall-clock seconds since the epoch")
+
+
 class ModelStatus(BaseModel):
     """Where a model stands now."""
 
@@ -366,6 +386,12 @@ class ModelStatus(BaseModel):
     in_flight: int = Field(description="Requests in flight on all activators")
     last_request_at: float | None = Field(description="Wall-clock seconds since the epoch")
     last_activation: dict[str, Any] | None = Field(description="The newest cold-start timeline")
+    failure: Failure | None = Field(
+        default=None,
+        description="Set when the model's load failed for good (state failed): calls to it "
+        "are answered at once with this reason and nothing is retried until the "
+        "registration changes or an explicit load",
+    )
 
 
 class ModelView(BaseModel):
@@ -393,6 +419,28 @@ class Activations(BaseModel):
 
     model: str
     activations: list[dict[str, Any]]
+
+
+class ReplicaSeconds(BaseModel):
+    """Replica-seconds of one model (GPU-seconds on GPU pools, device-seconds on CPU)."""
+
+    serving: float = Field(description="Loaded with requests in flight")
+    idle: float = Field(description="Loaded without a request")
+    loading: float = Field(description="Spent loading (cold starts and pre-warms)")
+
+
+class UsageView(BaseModel):
+    """What a model cost over [start, end) (wall-clock seconds; hourly buckets)."""
+
+    model: str
+    start: float
+    end: float
+    device: Device
+    bucket_s: float = Field(description="Resolution: buckets overlapping the range count")
+    replica_seconds: ReplicaSeconds
+    activations: int
+    cold_starts: int = Field(description="Activations a request waited for")
+    cold_start_wait_s: float = Field(description="Time those requests waited, summed")
 
 
 class WorkerView(BaseModel):

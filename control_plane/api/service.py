@@ -10,6 +10,7 @@ accepted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -17,9 +18,11 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from control_plane import usage
 from control_plane.api import schemas
 from control_plane.backends.base import PodBackend
 from control_plane.errors import (
+    ConflictError,
     ModelExistsError,
     ModelNotFoundError,
     NotActingError,
@@ -28,7 +31,14 @@ from control_plane.errors import (
 from control_plane.store.base import StateStore, StoreConflictError
 from foundation.records import ModelRecord, Placement, ResourceSpec, ScalingSpec
 
-__all__ = ["Acting", "ActivationControl", "AdminService", "FollowLimits", "ReplicaControl"]
+__all__ = [
+    "Acting",
+    "ActivationControl",
+    "AdminService",
+    "FollowLimits",
+    "Inspector",
+    "ReplicaControl",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +86,12 @@ class FollowLimits:
     """Longest one follow lasts; a ``running`` timeline older than this is abandoned."""
 
 
+class Inspector(Protocol):
+    """Checks a registration against its stored model (``inspection.RegistrationInspector``)."""
+
+    async def check(self, record: ModelRecord) -> None: ...
+
+
 class AdminService:
     """The admin API's operations over the store, the orchestrator and the placer."""
 
@@ -90,10 +106,12 @@ class AdminService:
         wall: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
         follow: FollowLimits | None = None,
+        inspector: Inspector | None = None,
     ) -> None:
         self._clock = clock
         self._follow = follow or FollowLimits()
         self._store = store
+        self._inspector = inspector
         self._activations = activations
         self._replicas = replicas
         self._backend = backend
@@ -103,9 +121,18 @@ class AdminService:
         self._reloads: dict[str, asyncio.Task[None]] = {}
         """model -> its reload after an update, which an unload or delete waits for."""
 
+    @property
+    def store(self) -> StateStore:
+        """The state store the service works on."""
+        return self._store
+
     # ---- models ----
 
-    async def register(self, body: schemas.ModelCreate) -> schemas.ModelView:
+    async def register(
+        self, body: schemas.ModelCreate, *, dry_run: bool = False
+    ) -> schemas.ModelView:
+        """Register ``body`` once its stored model passes the inspector's check;
+        ``dry_run`` checks and answers the view without registering."""
         record = ModelRecord(
             name=body.name,
             storage_uri=body.storage_uri,
@@ -118,6 +145,11 @@ class AdminService:
             generation=1,
             created_at=self._wall(),
         )
+        if await self._store.get_model(body.name) is not None:
+            raise ModelExistsError(model=body.name)
+        await self._inspect(record)
+        if dry_run:
+            return await self._view(record)
         try:
             await self._store.create_model(record)
         except StoreConflictError:
@@ -132,8 +164,13 @@ class AdminService:
     async def get(self, name: str) -> schemas.ModelView:
         return await self._view(await self._record(name))
 
-    async def update(self, name: str, patch: schemas.ModelPatch) -> schemas.ModelView:
-        """Apply ``patch``; raises ``SchemaValidationError`` when the merged scaling is bad."""
+    async def update(
+        self, name: str, patch: schemas.ModelPatch, *, dry_run: bool = False
+    ) -> schemas.ModelView:
+        """Apply ``patch``; raises ``SchemaValidationError`` when the merged scaling is bad
+        and ``InvalidRegistrationError`` when the changed model fails the inspector's
+        check. A change that reloads clears a recorded failure. ``dry_run`` checks and
+        answers the view without changing anything."""
         record = await self._record(name)
         scaling = schemas.merge_scaling(dataclasses.asdict(record.scaling), patch.scaling)
         changes: dict[str, Any] = {}
@@ -161,13 +198,27 @@ class AdminService:
                 changes["resources"] = resources
         if not changes:
             return await self._view(record)
-        updated = dataclasses.replace(record, generation=record.generation + 1, **changes)
+        reloads = any(f in changes for f in _RELOAD_FIELDS)
+        updated = dataclasses.replace(
+            record,
+            generation=record.generation + 1,
+            failure=None if reloads else record.failure,
+            **changes,
+        )
+        if reloads:
+            await self._inspect(updated)
+        if dry_run:
+            return await self._view(updated)
         try:
-            await self._store.update_model(updated)
+            await self._store.update_model(updated, expected_generation=record.generation)
         except StoreConflictError:
-            raise ModelNotFoundError(model=name) from None
+            if await self._store.get_model(name) is None:
+                raise ModelNotFoundError(model=name) from None
+            raise ConflictError(
+                f"model '{name}' was changed by another request meanwhile; read it and try again"
+            ) from None
         logger.info("updated %s: %s", name, ", ".join(sorted(changes)))
-        if any(f in changes for f in _RELOAD_FIELDS) and self._acting.is_acting:
+        if reloads and self._acting.is_acting:
             task = asyncio.create_task(self._reload(updated), name=f"reload-{name}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -190,8 +241,18 @@ class AdminService:
         logger.info("deleted %s", name)
 
     async def load(self, name: str) -> tuple[schemas.ModelView, bool]:
-        """Bring the model up; (view, True) once loaded, (view, False) when passed on."""
-        await self._record(name)
+        """Bring the model up; (view, True) once loaded, (view, False) when passed on.
+
+        A recorded failure is cleared first: an explicit load is the one way to try a
+        failed model again without changing its registration."""
+        record = await self._record(name)
+        if record.failure is not None:
+            with contextlib.suppress(StoreConflictError):
+                # A conflict means the registration changed meanwhile, which cleared it.
+                await self._store.update_model(
+                    dataclasses.replace(record, failure=None),
+                    expected_generation=record.generation,
+                )
         if not self._acting.is_acting:
             await self._store.request_activation(name)
             return await self.get(name), False
@@ -207,6 +268,26 @@ class AdminService:
         await self._settle_reload(name)
         await self._retire_all(name, reason="admin")
         return await self.get(name)
+
+    async def usage(self, name: str, *, start: float, end: float) -> schemas.UsageView:
+        """What ``name`` cost over [start, end) (the reaper writes it every few seconds)."""
+        record = await self._record(name)
+        doc = await self._store.get_model_state(name, usage.STATE_KEY)
+        ledger = usage.UsageLedger.from_json(doc) if doc else usage.UsageLedger()
+        total = usage.totals(ledger, start=start, end=end)
+        return schemas.UsageView(
+            model=name,
+            start=start,
+            end=end,
+            device=record.resources.device,  # type: ignore[arg-type]
+            bucket_s=usage.BUCKET_S,
+            replica_seconds=schemas.ReplicaSeconds(
+                serving=total.serving_s, idle=total.idle_s, loading=total.loading_s
+            ),
+            activations=total.activations,
+            cold_starts=total.cold_starts,
+            cold_start_wait_s=total.cold_start_wait_s,
+        )
 
     async def activations(self, name: str) -> schemas.Activations:
         await self._record(name)
@@ -302,6 +383,10 @@ class AdminService:
             raise ModelNotFoundError(model=name)
         return record
 
+    async def _inspect(self, record: ModelRecord) -> None:
+        if self._inspector is not None:
+            await self._inspector.check(record)
+
     def _require_acting(self) -> None:
         if not self._acting.is_acting:
             raise NotActingError()
@@ -340,7 +425,7 @@ class AdminService:
             state = "unloading"
         elif sleeping:
             state = "sleeping"
-        elif last is not None and last.get("outcome") == "failed":
+        elif record.failure is not None or (last is not None and last.get("outcome") == "failed"):
             state = "failed"
         else:
             state = "scaled_to_zero"
@@ -372,5 +457,12 @@ class AdminService:
                 in_flight=sum(r.in_flight for r in reports),
                 last_request_at=max((r.last_request_at for r in reports), default=None),
                 last_activation=last,
+                failure=(
+                    None
+                    if record.failure is None
+                    else schemas.Failure(
+                        reason=record.failure.reason, failed_at=record.failure.failed_at
+                    )
+                ),
             ),
         )

@@ -269,6 +269,7 @@ class LocalBackend(PodBackend):
             "host": "127.0.0.1",
             "http_port": port,
             "grpc_port": grpc_port,
+            "metrics_port": 0,
             "model_control_mode": "explicit",
             "cache_dir": str(self._settings.cache_dir),
         }
@@ -287,6 +288,10 @@ class LocalBackend(PodBackend):
             # A port of its own: workers on one host would all claim gRPC's default.
             "--grpc-port",
             str(grpc_port),
+            # Metrics stay on the worker's HTTP port, where the platform reads them; the
+            # metrics port's default (8002) would be claimed by every worker on the host.
+            "--metrics-port",
+            "0",
             "--model-control-mode",
             "explicit",
             "--cache-dir",

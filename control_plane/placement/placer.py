@@ -161,9 +161,14 @@ class Placer:
     # ---- placing ----
 
     async def place(
-        self, model: ModelRecord, *, progress: PlaceProgress | None = None
+        self,
+        model: ModelRecord,
+        *,
+        may_evict: bool = True,
+        progress: PlaceProgress | None = None,
     ) -> PlaceResult:
-        """Add one replica of ``model`` on a worker that does not hold it yet; ``progress``
+        """Add one replica of ``model`` on a worker that does not hold it yet; with
+        ``may_evict`` False only where there is room without evicting a replica; ``progress``
         is told of each step as it begins.
 
         Raises ``NoCapacityError`` when no worker can take it, ``WorkerStartError`` when a
@@ -181,7 +186,7 @@ class Placer:
         last: WorkerCallError | None = None
         for _ in range(_PLACE_ATTEMPTS):
             try:
-                return await self._place_once(model, progress)
+                return await self._place_once(model, progress, may_evict=may_evict)
             except WorkerCallError as exc:
                 if type(exc) is not WorkerCallError:
                     raise  # the worker answered: a refused load is not retried
@@ -191,11 +196,17 @@ class Placer:
         assert last is not None
         raise last
 
-    async def _place_once(self, model: ModelRecord, progress: PlaceProgress | None) -> PlaceResult:
+    async def _place_once(
+        self, model: ModelRecord, progress: PlaceProgress | None, *, may_evict: bool
+    ) -> PlaceResult:
         worker, decision = await self._claim_room(model, progress)
         is_started = isinstance(decision, StartWorker)
         evicted: tuple[str, ...] = ()
         try:
+            if isinstance(decision, Evict) and not may_evict:
+                raise NoCapacityError(
+                    model=model.name, reason=f"only by evicting '{decision.victim.model}'"
+                )
             if isinstance(decision, Evict) and decision.is_sleeping:
                 await self._sleepers.unload(decision.victim.model, decision.victim.worker_id)
                 evicted = (decision.victim.model,)

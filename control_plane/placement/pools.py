@@ -84,10 +84,16 @@ class PoolPlacers:
     # ---- by model ----
 
     async def place(
-        self, model: ModelRecord, *, progress: PlaceProgress | None = None
+        self,
+        model: ModelRecord,
+        *,
+        may_evict: bool = True,
+        progress: PlaceProgress | None = None,
     ) -> PlaceResult:
         """``Placer.place`` on the model's pool."""
-        return await self._placers[self.pool_of(model)].place(model, progress=progress)
+        return await self._placers[self.pool_of(model)].place(
+            model, may_evict=may_evict, progress=progress
+        )
 
     async def reload(self, model: ModelRecord) -> None:
         """``Placer.reload`` on the model's pool; a replica left on another pool's worker

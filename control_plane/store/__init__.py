@@ -1,1 +1,1 @@
-"""Where the control plane keeps its state: in memory (embedded) or in Redis (cluster)."""
+"""Where the control plane keeps its state: in SQLite or memory (embedded) or in Redis (cluster)."""

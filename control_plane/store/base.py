@@ -1,4 +1,4 @@
-"""The state store interface: one contract, an in-memory and a Redis implementation."""
+"""The state store interface: one contract, with in-memory, SQLite and Redis implementations."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from control_plane.errors import ConflictError
+from foundation.keys import ApiKeyRecord
 from foundation.records import (
     FirstResponse,
     ModelRecord,
@@ -37,8 +38,12 @@ class StateStore(abc.ABC):
         """Register; raises StoreConflictError if the name exists."""
 
     @abc.abstractmethod
-    async def update_model(self, record: ModelRecord) -> None:
-        """Replace; raises StoreConflictError if the name does not exist."""
+    async def update_model(
+        self, record: ModelRecord, *, expected_generation: int | None = None
+    ) -> None:
+        """Replace; raises StoreConflictError if the name does not exist or, with
+        ``expected_generation``, if the stored record has another generation (so that a
+        read-modify-write never undoes a concurrent change)."""
 
     @abc.abstractmethod
     async def get_model(self, name: str) -> ModelRecord | None: ...
@@ -133,6 +138,40 @@ class StateStore(abc.ABC):
     @abc.abstractmethod
     async def list_activations(self, model: str) -> list[dict[str, Any]]:
         """Newest first."""
+
+    # ---- API keys (read by every activator; revocations published) ----
+    @abc.abstractmethod
+    async def create_key(self, record: ApiKeyRecord) -> None:
+        """Store a new key; raises StoreConflictError if its id exists."""
+
+    @abc.abstractmethod
+    async def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        """The key with this public id, revoked ones included; None if there is none."""
+
+    @abc.abstractmethod
+    async def list_keys(self) -> list[ApiKeyRecord]:
+        """Every key, revoked ones included, sorted by id."""
+
+    @abc.abstractmethod
+    async def revoke_key(self, key_id: str, *, revoked_at: float) -> ApiKeyRecord | None:
+        """Mark the key revoked at ``revoked_at`` (a key revoked before keeps its first
+        time) and publish its id to revocation subscribers; the record after, or None when
+        there is no such key."""
+
+    @abc.abstractmethod
+    def subscribe_key_revocations(self) -> AsyncIterator[str]:
+        """Ids of keys as they are revoked. Starts with ``foundation.keys.ALL_KEYS`` (and
+        yields it again after a reconnect or an overflow): forget every cached key."""
+
+    # ---- per-model control state (what policies learn, kept across failovers) ----
+    @abc.abstractmethod
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        """Keep ``doc`` (JSON-ready) under ``key`` for ``model``, replacing an earlier one;
+        ``delete_model`` removes all of the model's. Last writer wins."""
+
+    @abc.abstractmethod
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        """The doc kept under ``key`` for ``model``; None when there is none."""
 
     # ---- lease: only one control plane acts ----
     @abc.abstractmethod

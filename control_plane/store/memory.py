@@ -11,6 +11,7 @@ change freely, and a record that would not survive the Redis store fails here to
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -22,6 +23,7 @@ import orjson
 
 from control_plane.store.base import StateStore, StoreConflictError
 from control_plane.store.errors import StoreUnavailableError
+from foundation.keys import ALL_KEYS, ApiKeyRecord
 from foundation.records import (
     FirstResponse,
     ModelRecord,
@@ -143,7 +145,11 @@ class MemoryStateStore(StateStore):
         self._traffic: dict[str, dict[str, tuple[bytes, float]]] = {}
         # model -> timelines, newest first
         self._timelines: dict[str, deque[bytes]] = {}
+        self._model_state: dict[str, dict[str, bytes]] = {}
+        """model -> key -> JSON doc (what keep-alive policies learn)."""
         self._lease: _Lease | None = None
+        self._keys: dict[str, bytes] = {}
+        self._revocation_boxes: set[_Mailbox[str]] = set()
         self._placement_boxes: set[_Mailbox[PlacementEvent]] = set()
         self._activation_boxes: set[_Mailbox[str | _ReplayPending]] = set()
         self._first_response_boxes: set[_Mailbox[FirstResponse | _ReplayPending]] = set()
@@ -155,10 +161,20 @@ class MemoryStateStore(StateStore):
             raise StoreConflictError(f"model {record.name!r} already exists")
         self._models[record.name] = orjson.dumps(record.to_json())
 
-    async def update_model(self, record: ModelRecord) -> None:
+    async def update_model(
+        self, record: ModelRecord, *, expected_generation: int | None = None
+    ) -> None:
         self._check_open("update_model")
-        if record.name not in self._models:
+        current = self._models.get(record.name)
+        if current is None:
             raise StoreConflictError(f"model {record.name!r} does not exist")
+        if (
+            expected_generation is not None
+            and orjson.loads(current)["generation"] != expected_generation
+        ):
+            raise StoreConflictError(
+                f"model {record.name!r} does not exist at generation {expected_generation}"
+            )
         self._models[record.name] = orjson.dumps(record.to_json())
 
     async def get_model(self, name: str) -> ModelRecord | None:
@@ -182,6 +198,7 @@ class MemoryStateStore(StateStore):
         self._traffic.pop(name, None)
         self._timelines.pop(name, None)
         self._pending.pop(name, None)
+        self._model_state.pop(name, None)
         return existed
 
     # ---- workers ----
@@ -396,6 +413,59 @@ class MemoryStateStore(StateStore):
         self._check_open("list_activations")
         return [orjson.loads(raw) for raw in self._timelines.get(model, ())]
 
+    # ---- API keys ----
+    async def create_key(self, record: ApiKeyRecord) -> None:
+        self._check_open("create_key")
+        if record.id in self._keys:
+            raise StoreConflictError(f"key {record.id!r} already exists")
+        self._keys[record.id] = orjson.dumps(record.to_json())
+
+    async def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        self._check_open("get_key")
+        raw = self._keys.get(key_id)
+        return None if raw is None else ApiKeyRecord.from_json(orjson.loads(raw))
+
+    async def list_keys(self) -> list[ApiKeyRecord]:
+        self._check_open("list_keys")
+        return [ApiKeyRecord.from_json(orjson.loads(self._keys[i])) for i in sorted(self._keys)]
+
+    async def revoke_key(self, key_id: str, *, revoked_at: float) -> ApiKeyRecord | None:
+        self._check_open("revoke_key")
+        raw = self._keys.get(key_id)
+        if raw is None:
+            return None
+        record = ApiKeyRecord.from_json(orjson.loads(raw))
+        if record.revoked_at is None:
+            record = dataclasses.replace(record, revoked_at=revoked_at)
+            self._keys[key_id] = orjson.dumps(record.to_json())
+        for box in self._revocation_boxes:
+            box.put(key_id)
+        return record
+
+    async def subscribe_key_revocations(self) -> AsyncGenerator[str, None]:
+        """Revoked key ids; see :meth:`StateStore.subscribe_key_revocations`. In place when
+        the first item (``ALL_KEYS``) is returned; ends when the store is closed."""
+        if self._closed:
+            return
+        box: _Mailbox[str] = _Mailbox(self._subscriber_queue_max, ALL_KEYS)
+        self._revocation_boxes.add(box)
+        try:
+            yield ALL_KEYS
+            while (key_id := await box.get()) is not None:
+                yield key_id
+        finally:
+            self._revocation_boxes.discard(box)
+
+    # ---- per-model control state ----
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        self._check_open("put_model_state")
+        self._model_state.setdefault(model, {})[key] = orjson.dumps(doc)
+
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        self._check_open("get_model_state")
+        raw = self._model_state.get(model, {}).get(key)
+        return None if raw is None else orjson.loads(raw)
+
     # ---- lease ----
     async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:
         self._check_open("try_acquire_lease")
@@ -422,6 +492,8 @@ class MemoryStateStore(StateStore):
             activation_box.close()
         for first_response_box in self._first_response_boxes:
             first_response_box.close()
+        for revocation_box in self._revocation_boxes:
+            revocation_box.close()
 
     # ---- helpers ----
     def _check_open(self, operation: str) -> None:

@@ -1,5 +1,6 @@
-"""The gRPC listener: a grpc.aio server carrying the inference service, under the limits
-and keepalive options of `foundation.grpc_limits.GrpcLimits`, and the listener
+"""The gRPC listener: the inference service under the limits and keepalive options of
+`foundation.grpc_limits.GrpcLimits`, carried by the front end its ``grpc_frontend`` names
+(a grpc.aio server, or `foundation.grpc_front` over h2corn), as the listener
 `foundation.serving` starts and drains beside the HTTP one."""
 
 from __future__ import annotations
@@ -10,12 +11,25 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from data_plane.grpc.servicer import InferenceServicer, service_handler
+from data_plane.grpc.servicer import InferenceServicer, front_rpcs, service_handler
 from data_plane.handlers import Handlers
+from foundation.grpc_front.app import GrpcApp
+from foundation.grpc_front.server import serve_grpc_front
 from foundation.grpc_limits import GrpcLimits, channel_options
 from foundation.serving import ServerStartError, bind_socket
 
 logger = logging.getLogger(__name__)
+
+
+def create_grpc_app(handlers: Handlers, limits: GrpcLimits) -> GrpcApp:
+    """The inference service with ``handlers`` as an app for `foundation.grpc_front`."""
+    servicer = InferenceServicer(handlers, stream_max_in_flight=limits.grpc_stream_max_in_flight)
+    return GrpcApp(
+        front_rpcs(servicer),
+        max_receive_bytes=limits.grpc_max_receive_bytes,
+        max_send_bytes=limits.grpc_max_send_bytes,
+        max_concurrent_rpcs=limits.grpc_max_concurrent_rpcs,
+    )
 
 
 def create_grpc_server(handlers: Handlers, limits: GrpcLimits) -> grpc.aio.Server:
@@ -62,6 +76,10 @@ async def grpc_listener(
     yielded; on exit it stops taking calls and gives those in flight up to
     ``drain_timeout_s`` before cancelling them. A port that cannot be bound raises
     ServerStartError."""
+    if limits.grpc_frontend == "h2corn":
+        async with _front_listener(handlers(), limits, host, port, drain_timeout_s) as bound:
+            yield bound
+        return
     server = create_grpc_server(handlers(), limits)
     try:
         bound = await start_grpc_server(server, host, port)
@@ -72,3 +90,19 @@ async def grpc_listener(
     finally:
         await server.stop(drain_timeout_s)
         logger.info("gRPC server stopped")
+
+
+@contextlib.asynccontextmanager
+async def _front_listener(
+    handlers: Handlers, limits: GrpcLimits, host: str, port: int, drain_timeout_s: float
+) -> AsyncIterator[int]:
+    try:
+        sock = bind_socket(host, port)
+    except OSError as exc:
+        raise ServerStartError(server="gRPC", reason=str(exc)) from None
+    with sock:
+        app = create_grpc_app(handlers, limits)
+        async with serve_grpc_front(app, sock, limits, drain_timeout_s=drain_timeout_s) as bound:
+            logger.info("gRPC server listening on %s:%d (h2corn)", host, bound)
+            yield bound
+    logger.info("gRPC server stopped")

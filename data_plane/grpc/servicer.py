@@ -26,7 +26,7 @@ from data_plane.grpc.codec import (
     model_version,
     parse,
 )
-from data_plane.grpc.status import abort
+from data_plane.grpc.status import abort, error_status
 from data_plane.grpc.stream import (
     StreamInfer,
     error_response,
@@ -35,6 +35,8 @@ from data_plane.grpc.stream import (
 )
 from data_plane.handlers import Handlers
 from data_plane.handlers.infer import InferResponse
+from foundation.grpc_front.app import CallContext, ClientGoneError, StreamRpc, UnaryRpc
+from foundation.grpc_front.wire import RpcStatusError
 from foundation.proto import grpc_service_pb2 as pb
 
 SERVICE: Final = "inference.GRPCInferenceService"
@@ -283,3 +285,49 @@ def service_handler(servicer: InferenceServicer) -> grpc.GenericRpcHandler:
     }
     methods["ModelStreamInfer"] = _stream("ModelStreamInfer", servicer.ModelStreamInfer)
     return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+
+def _status_error(exc: Exception, rpc: str) -> RpcStatusError:
+    code, message = error_status(exc, rpc)
+    return RpcStatusError(code, message)
+
+
+def _front_unary(
+    name: str, request_class: type[Message], method: Callable[[Any], Awaitable[Message]]
+) -> UnaryRpc:
+    async def handle(data: bytes, call: CallContext) -> bytes:
+        try:
+            response = await method(parse(request_class, data))
+        except Exception as exc:
+            raise _status_error(exc, name) from None
+        return response.SerializeToString()
+
+    return UnaryRpc(handle)
+
+
+def _front_stream(
+    name: str, method: Callable[[AsyncIterator[bytes]], AsyncIterator[Message]]
+) -> StreamRpc:
+    async def handle(requests: AsyncIterator[bytes], call: CallContext) -> AsyncIterator[bytes]:
+        try:
+            async for response in method(requests):
+                yield response.SerializeToString()
+        except ClientGoneError:
+            raise
+        except Exception as exc:
+            raise _status_error(exc, name) from None
+
+    return StreamRpc(handle)
+
+
+def front_rpcs(servicer: InferenceServicer) -> dict[str, UnaryRpc | StreamRpc]:
+    """Every RPC of the service for `foundation.grpc_front`, keyed by its path, served by
+    ``servicer`` with the statuses :func:`service_handler` gives grpc.aio."""
+    rpcs: dict[str, UnaryRpc | StreamRpc] = {
+        f"/{SERVICE}/{name}": _front_unary(name, request_class, getattr(servicer, name))
+        for name, request_class in _UNARY.items()
+    }
+    rpcs[f"/{SERVICE}/ModelStreamInfer"] = _front_stream(
+        "ModelStreamInfer", servicer.ModelStreamInfer
+    )
+    return rpcs

@@ -25,6 +25,7 @@ from data_plane.errors import (
     ZeroserveError,
 )
 from data_plane.shared_memory import RegionExistsError
+from foundation import request_ids
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,12 @@ def error_status(error: Exception, rpc: str) -> tuple[grpc.StatusCode, str]:
 async def abort(
     context: grpc.aio.ServicerContext[object, object], error: Exception, rpc: str
 ) -> NoReturn:
-    """End the call with ``error``'s status (see :func:`error_status`)."""
+    """End the call with ``error``'s status (see :func:`error_status`), naming the call's
+    ``x-request-id`` in the trailing metadata when it came with one."""
     code, message = error_status(error, rpc)
-    await context.abort(code, message)
+    trailing = tuple(
+        (key, value)
+        for key, value in context.invocation_metadata() or ()
+        if key == request_ids.METADATA_KEY
+    )
+    await context.abort(code, message, trailing[:1])

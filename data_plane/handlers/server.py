@@ -15,6 +15,7 @@ Triton's default, since Triton's clients and examples check it."""
 
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from data_plane.compression import choose_response_encoding, decode_body_off_loop, encode_body
 from data_plane.errors import ZeroserveError
@@ -33,6 +33,7 @@ from data_plane.routes.state import ServerState
 from foundation.http import INTERNAL_ERROR, direct_response
 from foundation.http_direct import DirectHandler, DirectResponse
 from foundation.model_config import is_version
+from foundation.request_ids import HEADER, find_request_id
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +65,30 @@ class InferFirst(Starlette):
     """
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            target = match_infer_path(scope["path"])
-            if target is not None:
-                scope["app"] = self
-                await _infer(scope, receive, send, *target)
-                return
+        if scope["type"] == "http":
+            if scope["method"] == "POST":
+                target = match_infer_path(scope["path"])
+                if target is not None:
+                    scope["app"] = self
+                    await _infer(scope, receive, send, *target)
+                    return
+            request_id = find_request_id(scope["headers"])
+            if request_id is not None:
+                send = _naming_request_id_on_errors(send, request_id)
         await super().__call__(scope, receive, send)
+
+
+def _naming_request_id_on_errors(send: Send, request_id: bytes) -> Send:
+    """``send``, adding ``X-Request-ID`` to an error answer's head (success answers stay
+    byte for byte Triton's)."""
+
+    async def send_with_id(message: Message) -> None:
+        if message["type"] == "http.response.start" and message["status"] >= 400:
+            headers = [*message.get("headers", ()), (HEADER, request_id)]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return send_with_id
 
 
 async def _infer(
@@ -79,7 +97,8 @@ async def _infer(
     state: ServerState = scope["state"]
     headers = dict(scope["headers"])
     try:
-        response = await _guarded(name, _handle(state, headers, receive, name, version))
+        answer = _handle(state, headers, receive, name, version)
+        response = await _guarded(name, answer, headers.get(HEADER))
     except ClientDisconnectedError:
         return
     response_headers = [*response.headers, (b"content-length", b"%d" % len(response.body))]
@@ -114,25 +133,40 @@ async def _answer_directly(
     headers: list[tuple[bytes, bytes]],
     body: bytes,
 ) -> DirectResponse:
-    return await _guarded(name, _handle_body(state, dict(headers), body, name, version))
+    by_name = dict(headers)
+    answer = _handle_body(state, by_name, body, name, version)
+    return await _guarded(name, answer, by_name.get(HEADER))
 
 
 async def _guarded(
-    name: str, answer: Awaitable[tuple[list[tuple[bytes, bytes]], bytes]]
+    name: str,
+    answer: Awaitable[tuple[list[tuple[bytes, bytes]], bytes]],
+    request_id: bytes | None,
 ) -> DirectResponse:
     """What ``answer`` gives, or its error as the answer: a ZeroserveError through the data
-    plane's table, anything unexpected as a logged 500. A client gone before its body
-    arrived is no answer at all: ClientDisconnectedError passes through."""
+    plane's table, anything unexpected as a logged 500, either naming ``request_id`` (the
+    request's ``X-Request-ID``, when it has one) in the same header. A client gone before
+    its body arrived is no answer at all: ClientDisconnectedError passes through."""
     try:
         response_headers, payload = await answer
     except ZeroserveError as exc:
-        return direct_response(from_error(exc))
+        return _with_request_id(direct_response(from_error(exc)), request_id)
     except ClientDisconnectedError:
         raise
     except Exception:
-        logger.exception("unexpected error serving infer for %s", name)
-        return INTERNAL_ERROR
+        logger.exception(
+            "unexpected error serving infer for %s (request id %s)",
+            name,
+            "-" if request_id is None else request_id.decode("latin-1"),
+        )
+        return _with_request_id(INTERNAL_ERROR, request_id)
     return DirectResponse(200, response_headers, payload)
+
+
+def _with_request_id(response: DirectResponse, request_id: bytes | None) -> DirectResponse:
+    if request_id is None:
+        return response
+    return DirectResponse(response.status, [*response.headers, (HEADER, request_id)], response.body)
 
 
 def _model(state: ServerState, name: str, version: int | None) -> LoadedVersion:

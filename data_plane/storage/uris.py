@@ -89,10 +89,12 @@ def parse_storage_uri(uri: str, *, allowed: Sequence[str]) -> StorageUri:
         root = _parse(entry, what="allowed storage entry")
         if _is_under(parsed, root):
             return StorageUri(parsed.scheme, parsed.bucket, parsed.key, str(root))
+    # Named for both ways in: the flag of `zeroserve up` and the setting behind it.
+    how = "start zeroserve up with --allow-storage ROOT, or set ZEROSERVE_ALLOWED_STORAGE"
     if not allowed:
-        reason = "no storage is allowed on this node (set ZEROSERVE_ALLOWED_STORAGE)"
+        reason = f"no storage is allowed on this node ({how})"
     else:
-        reason = f"not under an allowed storage root ({', '.join(allowed)})"
+        reason = f"not under an allowed storage root ({', '.join(allowed)}); to allow it, {how}"
     raise StorageNotAllowedError(uri=uri, reason=reason)
 
 

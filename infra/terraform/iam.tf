@@ -104,6 +104,14 @@ resource "aws_iam_role_policy" "control_plane" {
   policy = data.aws_iam_policy_document.publish_metrics.json
 }
 
+# The admin API checks each registration against the stored model as a worker would read
+# it (listings, config files, an ONNX file's first kilobytes), so it reads what workers read.
+resource "aws_iam_role_policy" "control_plane_read_models" {
+  name   = "read-models"
+  role   = aws_iam_role.irsa["control_plane"].id
+  policy = data.aws_iam_policy_document.runtime.json
+}
+
 resource "aws_iam_role_policy" "activator" {
   name   = "publish-metrics"
   role   = aws_iam_role.irsa["activator"].id

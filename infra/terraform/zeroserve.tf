@@ -29,6 +29,8 @@ locals {
       ZEROSERVE_ALLOWED_STORAGE                  = "s3://${aws_s3_bucket.models.bucket}/${trimsuffix(var.model_prefix, "/")}"
       ZEROSERVE_CONTROL_PLANE_CLOUDWATCH_ENABLED = "true"
       ZEROSERVE_ACTIVATOR_CLOUDWATCH_ENABLED     = "true"
+      # The ALB is internet-facing: every model endpoint needs an API key.
+      ZEROSERVE_ACTIVATOR_AUTH = "keys"
       ZEROSERVE_KNATIVE_CACHE_HOST_PATH          = var.node_cache_host_path
     },
     { ZEROSERVE_KNATIVE_POOLS = var.knative_pools != "" ? var.knative_pools : jsonencode(local.knative_pools) },

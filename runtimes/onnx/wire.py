@@ -1,7 +1,8 @@
 """A protobuf wire scanner for ONNX files: the graph's interface without its weights.
 
 Auto-complete (:mod:`runtimes.onnx.complete`) reads the graph's inputs, outputs and
-initializer names through :func:`read_graph_interface`.
+initializer names through :func:`read_graph_interface`; the control plane's registration
+check reads a remote file's through :func:`scan_graph_interface` over ranged reads.
 """
 
 from __future__ import annotations
@@ -35,6 +36,15 @@ def read_graph_interface(
     except (ValueError, IndexError, EOFError):
         graph = onnx.load(str(path), load_external_data=False).graph
         return list(graph.input), list(graph.output), {i.name for i in graph.initializer}
+
+
+def scan_graph_interface(
+    file: BinaryIO, size: int
+) -> tuple[list[onnx.ValueInfoProto], list[onnx.ValueInfoProto], set[str]]:
+    """:func:`read_graph_interface` over any seekable ``file`` of ``size`` bytes, without
+    the fallback: raises ValueError, IndexError or EOFError for a file that does not
+    follow the layout onnx writes (or is not ONNX)."""
+    return _scan_model(file, size)
 
 
 def _scan_model(

@@ -21,6 +21,11 @@ is found to follow this contract rather than Triton's). The contract:
 ``finalize(self) -> None`` (optional)
     Called once per instance at unload; an exception is logged and does not stop unload.
 
+Custom metrics as Triton's Python backend offers them work here too: ``from
+runtimes.python_backend import pb_utils`` and ``pb_utils.MetricFamily(...)`` in
+``initialize`` or ``execute`` (the model's executor threads carry its binding); they go
+with the model at unload.
+
 Each of the ``instance_group`` count instances is used by one executor thread at a time, so
 instance state needs no locking. ``model.py`` runs in this process under a unique module
 name; it can import installed packages but not sibling files of its folder (that would
@@ -43,6 +48,8 @@ Example ``model.py``::
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -71,7 +78,9 @@ from runtimes.base import (
     instance_count,
     model_file,
 )
+from runtimes.custom_metrics import CustomMetrics, MetricError, run_operation
 from runtimes.errors import InternalError, ModelLoadError, ModelNotReadyError
+from runtimes.python_backend import pb_utils
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +105,7 @@ class InProcessRuntime(ExecutorRuntime):
     def __init__(self, *, name: str, version: int, options: RuntimeOptions) -> None:
         super().__init__(name=name, version=version, options=options)
         self._pool: _InstancePool | None = None
+        self._metrics: _MetricsHost | None = None
 
     async def load(self, model_dir: Path, config: mc.ModelConfig, device: str) -> None:
         """Import ``model.py`` and initialize one instance per configured instance.
@@ -108,7 +118,14 @@ class InProcessRuntime(ExecutorRuntime):
             raise RuntimeError(f"load() called on a runtime in state {self.state.value}")
         self.state = RuntimeState.LOADING
         count = instance_count(config)
-        executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix=f"python-{self.name}")
+        metrics = _MetricsHost(self.options.custom_metrics, f"{self.name}_0")
+        self._metrics = metrics
+        executor = ThreadPoolExecutor(
+            max_workers=count,
+            thread_name_prefix=f"python-{self.name}",
+            initializer=pb_utils.bind_thread_metrics,
+            initargs=(metrics,),
+        )
         # submit + wrap_future (what run_in_executor does) keeps the concurrent future, so a
         # load cancelled while initialize() runs can still finalize what it built.
         future = executor.submit(self._load_sync, model_dir, config, device, count)
@@ -117,6 +134,7 @@ class InProcessRuntime(ExecutorRuntime):
         except BaseException:
             future.add_done_callback(functools.partial(_close_abandoned, model=self.name))
             executor.shutdown(wait=False, cancel_futures=True)
+            metrics.close()
             self.state = RuntimeState.FAILED
             raise
         self._executor, self._pool = executor, pool
@@ -150,6 +168,9 @@ class InProcessRuntime(ExecutorRuntime):
         if pool is not None:
             pool.close(self.name)
         del pool
+        metrics, self._metrics = self._metrics, None
+        if metrics is not None:
+            metrics.close()
         gc.collect()
 
     def _load_sync(
@@ -231,6 +252,47 @@ class InProcessRuntime(ExecutorRuntime):
 
     def _load_error(self, reason: str) -> ModelLoadError:
         return ModelLoadError(model=self.name, reason=reason)
+
+
+class _MetricsHost:
+    """An in-process model's metric objects' way to the server's custom metrics."""
+
+    def __init__(self, metrics: CustomMetrics | None, instance: str) -> None:
+        self._metrics = metrics
+        self._owner = metrics.new_owner() if metrics is not None else 0
+        self._instance = instance
+        self._deleted: collections.deque[int] = collections.deque()
+
+    def metric_call(self, operation: str, arguments: dict[str, Any]) -> float:
+        self._delete_pending()
+        try:
+            if self._metrics is None:
+                raise MetricError("custom metrics are not offered by this server")
+            return run_operation(self._metrics, self._owner, operation, arguments)
+        except MetricError as exc:
+            raise pb_utils.TritonModelException(
+                f"Failed to process the request for model '{self._instance}', "
+                f"message: {exc.message}"
+            ) from None
+
+    def metric_delete(self, handle: int) -> None:
+        # Runs from __del__, maybe while this thread holds the store's lock: a deque's
+        # append takes none; the deletion happens at the next operation.
+        self._deleted.append(handle)
+
+    def _delete_pending(self) -> None:
+        metrics = self._metrics
+        with contextlib.suppress(IndexError):
+            while True:
+                handle = self._deleted.popleft()
+                if metrics is not None:
+                    metrics.delete(handle)
+
+    def close(self) -> None:
+        """Delete everything the model created (it is unloaded)."""
+        self._deleted.clear()
+        if self._metrics is not None:
+            self._metrics.drop_owner(self._owner)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ Kinds, server to stub:
 ``response_done`` ``{call, error}``: the server took a ``response`` (``error``: it refused
                   it); sent once the client's side has room, so a sender waits for a
                   slow client.
+``metric_done``   ``{call, value, error}``: the answer to ``metric`` (``value``: a new
+                  handle or the value read; ``error``: Triton's core text).
 ``bls_result``    ``{call, final, error | outputs}``: a BLS call's response, one or, for
                   ``decoupled`` calls, several (``final`` on the last). The output blocks
                   are the stub's to copy out; it sends ``release`` for them.
@@ -47,6 +49,9 @@ Kinds, stub to server:
                   flags, timeout, parameters, decoupled}``: a BLS request, its input blocks
                   freed by the stub at the first ``bls_result``.
 ``bls_cancel``    ``{call}``: cancel a BLS call.
+``metric``        ``{call, op, args}``: a custom-metric operation (``family``, ``metric``,
+                  ``increment``, ``set``, ``observe``, ``value``), answered by
+                  ``metric_done``; ``delete`` comes without ``call`` and gets no answer.
 ``release``       ``{offsets}``: blocks of the input arena the stub has copied out.
 ``finalize_done`` ``{}``.
 

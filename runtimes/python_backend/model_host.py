@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -35,7 +36,7 @@ from runtimes.python_backend.arena import Arena, ArenaFullError
 from runtimes.python_backend.messages import Message
 from runtimes.python_backend.native_threads import NativeThreads, is_time_to_look
 from runtimes.python_backend.stub_calls import ServerCalls
-from runtimes.python_backend.stub_channel import StubChannel
+from runtimes.python_backend.stub_channel import CLOSED, StubChannel
 
 MODULE_NAME: Final = "triton_python_backend_utils"
 """The name models import pb_utils by."""
@@ -97,6 +98,7 @@ class ModelHost:
         self._result_blocks: list[int] = []
         self._native_threads = NativeThreads(enabled=False)
         self._executions = 0
+        self._deleted: deque[int] = deque()
 
     # ---- pb_utils.Host ----
 
@@ -129,6 +131,36 @@ class ModelHost:
                 "BLS is only supported during the 'execute' function."
             )
         return self._calls.call_model(request, decoupled)
+
+    def metric_call(self, operation: str, arguments: dict[str, Any]) -> float:
+        self._send_deleted()
+        call, waiter = self._channel.ask({"kind": "metric", "op": operation, "args": arguments})
+        try:
+            answer = waiter.next(self._calls.timeout_s)
+        finally:
+            self._channel.forget(call)
+        if answer is CLOSED:
+            raise pb_utils.TritonModelException("the server went away")
+        error = answer.get("error")
+        if error is not None:
+            raise pb_utils.TritonModelException(
+                f"Failed to process the request for model '{self._name}', message: {error}"
+            )
+        return float(answer["value"])
+
+    def metric_delete(self, handle: int) -> None:
+        # Runs from __del__, maybe inside the channel's send lock on this very thread:
+        # a deque's append takes no lock; the handles go out with the next message.
+        self._deleted.append(handle)
+
+    def _send_deleted(self) -> None:
+        handles = []
+        with contextlib.suppress(IndexError):
+            while True:
+                handles.append(self._deleted.popleft())
+        if handles:
+            # No answer awaited: a deletion cannot fail in a way the model could act on.
+            self._channel.send({"kind": "metric", "op": "delete", "args": {"handles": handles}})
 
     def _received(self, message: Message) -> Message:
         return self._calls.received(message)
@@ -163,6 +195,7 @@ class ModelHost:
                 return 0
 
     def _send(self, message: Message) -> None:
+        self._send_deleted()
         self._channel.send(message)
 
     # ---- model lifecycle ----

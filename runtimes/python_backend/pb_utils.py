@@ -10,13 +10,15 @@ and the helpers, so that models written for Triton run unchanged.
 BLS (``InferenceRequest.exec`` and ``async_exec``, with ``decoupled=True`` an iterator
 of responses) and response senders (decoupled models, or one response of a model that
 is not) are answered by the stub's host, which talks to the server (:class:`Host`).
-Metrics (``MetricFamily``) and GPU memory (``PreferredMemory`` other than the default)
-are not offered.
+Custom metrics (``MetricFamily``, :mod:`.pb_metrics`) are kept by the server and shown
+on its ``/metrics``. GPU memory (``PreferredMemory`` other than the default) is not
+offered.
 
 The parts with a job of their own live beside it and are re-exported here: the errors
 (:mod:`.pb_errors`), the TRITONSERVER_* numbers (:mod:`.pb_constants`), tensors and
 responses (:mod:`.pb_response`), the response sender (:mod:`.pb_sender`), the BLS
-response iterator (:mod:`.pb_iterator`) and the model config helpers (:mod:`.pb_config`).
+response iterator (:mod:`.pb_iterator`), the model config helpers (:mod:`.pb_config`) and
+the custom metrics (:mod:`.pb_metrics`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import asyncio
 import enum
 import json
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
@@ -55,6 +58,13 @@ from runtimes.python_backend.pb_errors import (
     TritonModelException,
 )
 from runtimes.python_backend.pb_iterator import ResponseIterator
+from runtimes.python_backend.pb_metrics import (
+    Metric,
+    MetricFamily,
+    MetricHost,
+    MetricKind,
+    use_host_lookup,
+)
 from runtimes.python_backend.pb_response import InferenceResponse, PreferredMemory, Tensor
 from runtimes.python_backend.pb_sender import InferenceResponseSender
 
@@ -70,6 +80,9 @@ __all__ = [
     "InferenceResponse",
     "InferenceResponseSender",
     "Logger",
+    "Metric",
+    "MetricFamily",
+    "MetricKind",
     "ModelConfig",
     "PreferredMemory",
     "ResponseIterator",
@@ -125,11 +138,22 @@ class Host(Protocol):
         responses. TritonModelException outside ``execute``."""
         ...
 
+    def metric_call(self, operation: str, arguments: dict[str, Any]) -> float:
+        """Run a custom-metric operation on the server (see :mod:`.pb_metrics`)."""
+        ...
+
+    def metric_delete(self, handle: int) -> None:
+        """A metric object is gone; the server forgets its handle."""
+        ...
+
 
 class _Binding:
     # The stub process runs one model, and pb_utils' static API (Logger.log_info,
     # get_model_dir) has no object to carry the stub: one binding per process, set once.
+    # In the server's process (zeroserve's in-process models) each model's executor
+    # threads carry their model's metrics host instead.
     host: Host | None = None
+    thread = threading.local()
 
 
 def bind(host: Host) -> None:
@@ -137,8 +161,22 @@ def bind(host: Host) -> None:
     _Binding.host = host
 
 
+def bind_thread_metrics(host: MetricHost) -> None:
+    """Where metric objects made on the calling thread go (an in-process model's
+    executor thread)."""
+    _Binding.thread.metrics = host
+
+
 def _bound_host() -> Host | None:
     return _Binding.host
+
+
+def _metric_host() -> MetricHost | None:
+    found: MetricHost | None = getattr(_Binding.thread, "metrics", None)
+    return found if found is not None else _Binding.host
+
+
+use_host_lookup(_metric_host)
 
 
 class InferenceRequest:

@@ -29,6 +29,7 @@ from typing import Final
 
 import numpy as np
 
+from runtimes.custom_metrics import CustomMetrics, MetricError, run_operation
 from runtimes.model_request import (
     ModelCaller,
     RequestContext,
@@ -177,8 +178,13 @@ class StubProcess:
         on_death: Callable[[str], None] | None = None,
         caller: ModelCaller | None = None,
         response_error: ResponseError | None = None,
+        metrics: CustomMetrics | None = None,
     ) -> None:
         self.name = started.name
+        self._metrics = metrics
+        # What the model's metric objects created, dropped when the stub ends (as
+        # Triton's families go with their stub).
+        self._metrics_owner = metrics.new_owner() if metrics is not None else 0
         self._started = started
         self._limits = limits
         self._on_death = on_death
@@ -288,6 +294,7 @@ class StubProcess:
             except (StubDeadError, TimeoutError, OSError) as exc:
                 logger.warning("stub %s did not finalize cleanly: %r", self.name, exc)
         self._calls.end()
+        self._drop_metrics()
         if self._transport is not None:
             self._transport.close()
         process = self._started.process
@@ -368,6 +375,8 @@ class StubProcess:
         elif kind == "is_cancelled":
             value = self._requests.is_cancelled(int(message["id"]), int(message["request"]))
             self._send({"kind": "cancelled", "call": message["call"], "value": value})
+        elif kind == "metric":
+            self._metric(message)
         elif kind == "bls":
             self._calls.start(message)
         elif kind == "bls_cancel":
@@ -381,6 +390,25 @@ class StubProcess:
                 future.set_result(message)
             else:
                 logger.warning("stub %s sent an unexpected %r", self.name, kind)
+
+    def _metric(self, message: Message) -> None:
+        error: str | None = None
+        value = 0.0
+        try:
+            if self._metrics is None:
+                raise MetricError("custom metrics are not offered by this server")
+            value = run_operation(
+                self._metrics, self._metrics_owner, str(message["op"]), message.get("args") or {}
+            )
+        except MetricError as exc:
+            error = exc.message
+        call = message.get("call")
+        if call is not None:
+            self._send({"kind": "metric_done", "call": call, "value": value, "error": error})
+
+    def _drop_metrics(self) -> None:
+        if self._metrics is not None:
+            self._metrics.drop_owner(self._metrics_owner)
 
     def _copy_outputs(self, execution: int, message: Message) -> Message:
         responses = message.get("responses")
@@ -397,6 +425,7 @@ class StubProcess:
         if self._dead_reason is not None:
             return
         self._dead_reason = reason
+        self._drop_metrics()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(StubDeadError(reason))

@@ -162,6 +162,7 @@ class StubRuntime(ModelRuntime):
             on_death=self._stub_died,
             caller=self.options.models,
             response_error=response_error,
+            metrics=self.options.custom_metrics,
         )
         try:
             await stub.open()

@@ -40,6 +40,11 @@ class ServerCalls:
         self._outputs = outputs
         self._timeout_s = timeout_s
 
+    @property
+    def timeout_s(self) -> float:
+        """The longest wait for any one answer of the server."""
+        return self._timeout_s
+
     # ---- on the reader thread ----
 
     def received(self, message: Message) -> Message:

@@ -9,9 +9,11 @@ failures on demand, the reports as sent, and a way to wait for one. The real
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 
 from activator.lb import Replica
+from foundation.keys import ALL_KEYS, ApiKeyRecord
 from foundation.records import (
     FirstResponse,
     ModelRecord,
@@ -35,6 +37,29 @@ class FakeStore:
         self.report_error: Exception | None = None
         self._subscribers: list[asyncio.Queue[PlacementEvent | Exception]] = []
         self._reported = asyncio.Condition()
+        self.keys: dict[str, ApiKeyRecord] = {}
+        self.get_key_calls: list[str] = []
+        self._revocation_queues: list[asyncio.Queue[str]] = []
+
+    async def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        self.get_key_calls.append(key_id)
+        return self.keys.get(key_id)
+
+    async def subscribe_key_revocations(self) -> AsyncIterator[str]:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._revocation_queues.append(queue)
+        try:
+            yield ALL_KEYS
+            while True:
+                yield await queue.get()
+        finally:
+            self._revocation_queues.remove(queue)
+
+    def revoke(self, key_id: str, revoked_at: float) -> None:
+        """Mark the key revoked and tell the subscribers."""
+        self.keys[key_id] = dataclasses.replace(self.keys[key_id], revoked_at=revoked_at)
+        for queue in self._revocation_queues:
+            queue.put_nowait(key_id)
 
     def register(self, name: str) -> None:
         self.models[name] = ModelRecord(name=name, storage_uri=f"file:///models/{name}")

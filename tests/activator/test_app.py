@@ -11,7 +11,8 @@ import pytest
 from activator.app import ActivatorStore, create_app
 from activator.settings import ActivatorSettings
 from control_plane.store.base import StateStore
-from foundation.records import ModelRecord
+from foundation.errors import ModelFailedError
+from foundation.records import ModelFailure, ModelRecord
 from tests.activator.conftest import asgi_client
 from tests.activator.fakes import FakeStore, RecordingActivate
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _settings(**overrides: object) -> ActivatorSettings:
-    return ActivatorSettings(startup_sync_timeout_s=5.0).model_copy(update=overrides)
+    return ActivatorSettings(startup_sync_timeout_s=5.0, auth="off").model_copy(update=overrides)
 
 
 def test_the_state_store_is_an_activator_store() -> None:
@@ -196,3 +197,42 @@ async def test_unexpected_errors_are_500_without_details(caplog: pytest.LogCaptu
     assert response.status_code == 500
     assert response.json() == {"error": "internal server error"}
     assert "secret detail" in caplog.text  # in the log only
+
+
+async def test_a_failed_model_is_answered_at_once_and_wakes_nothing() -> None:
+    store, activate = FakeStore(), RecordingActivate()
+    store.models["broken"] = ModelRecord(
+        name="broken",
+        storage_uri="file:///models/broken",
+        failure=ModelFailure(reason="config.pbtxt does not parse", failed_at=1.0),
+    )
+    app = create_app(_settings(), store, activate, "act-1")
+    async with asgi_client(app) as client:
+        infer = await client.post("/v2/models/broken/infer", json={"inputs": []})
+        assert infer.status_code == 424
+        assert "retry-after" not in infer.headers
+        assert infer.json()["error"].endswith(": config.pbtxt does not parse")
+        chat = await client.post("/v1/chat/completions", json={"model": "broken"})
+        assert chat.status_code == 424
+        assert chat.json()["error"]["code"] == "model_failed"
+        # Not ready, in Triton's words (400), rather than an error.
+        assert (await client.get("/v2/models/broken/ready")).status_code == 400
+    assert activate.calls == []
+
+
+async def test_a_failure_learnt_from_an_activation_answers_the_next_calls_at_once() -> None:
+    store = FakeStore()
+    store.register("m")
+    failure = ModelFailedError(model="m", reason="initialize raised", failed_at=2.0)
+    activate = RecordingActivate(error=failure)
+    # A long cache: only the activation's answer can tell the activator of the failure.
+    app = create_app(_settings(model_cache_ttl_s=3600.0), store, activate, "act-1")
+    async with asgi_client(app) as client:
+        assert (await client.get("/v2/models/m/ready")).status_code == 200
+        first = await client.post("/v2/models/m/infer", json={"inputs": []})
+        assert first.status_code == 424
+        assert first.json()["error"].endswith(": initialize raised")
+        again = await client.post("/v2/models/m/infer", json={"inputs": []})
+        assert again.status_code == 424
+        assert (await client.get("/v2/models/m/ready")).status_code == 400
+    assert activate.calls == ["m"]

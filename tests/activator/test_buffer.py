@@ -20,6 +20,7 @@ from activator.errors import (
     ShuttingDownError,
 )
 from activator.lb import Replica
+from foundation.errors import ModelFailedError
 from tests.activator.fakes import RecordingActivate, settle
 
 pytestmark = pytest.mark.anyio
@@ -504,4 +505,31 @@ async def test_an_activation_asked_again_before_any_response_keeps_the_first_tim
     [granted] = [g for g in _granted(tasks) if g is not gone]
     waited_s = granted.responded()
     assert waited_s is not None and waited_s >= 0.05
+    await buffer.close()
+
+
+async def test_a_failure_for_good_reaches_every_waiter_as_it_is() -> None:
+    failure = ModelFailedError(model=MODEL, reason="config.pbtxt: bad", failed_at=1.5)
+    gate = asyncio.Event()
+    buffer = _buffer(RecordingActivate(error=failure, gate=gate))
+    tasks = _start(buffer, 3)
+    await settle()
+    gate.set()
+    await settle()
+    for task in tasks:
+        error = task.exception()
+        assert isinstance(error, ModelFailedError)
+        assert (error.model, error.reason, error.failed_at) == (MODEL, "config.pbtxt: bad", 1.5)
+    assert not buffer.is_waiting(MODEL)
+    await buffer.close()
+
+
+async def test_an_activation_error_that_says_when_to_retry_sets_retry_after() -> None:
+    class _BackingOff(Exception):
+        retry_after_s = 17
+
+    buffer = _buffer(RecordingActivate(error=_BackingOff("backing off")))
+    with pytest.raises(ActivationFailedError) as raised:
+        await buffer.wait(MODEL, deadline=_later())
+    assert raised.value.retry_after_s == 17
     await buffer.close()

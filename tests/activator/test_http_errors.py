@@ -22,7 +22,7 @@ from activator.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
-from foundation.errors import ZeroserveError
+from foundation.errors import ModelFailedError, ZeroserveError
 
 
 @pytest.mark.parametrize(
@@ -112,6 +112,14 @@ from foundation.errors import ZeroserveError
             "model 'm': worker http://w did not answer within 1.5 s",
             id="upstream-timeout",
         ),
+        pytest.param(
+            ModelFailedError(model="m", reason="bad config", failed_at=1.0),
+            424,
+            None,
+            "model 'm' failed to load and is not retried until its registration changes or "
+            "it is loaded again (zeroserve models load m): bad config",
+            id="model-failed",
+        ),
         pytest.param(ZeroserveError("odd"), 500, None, "odd", id="unmapped"),
     ],
 )
@@ -123,3 +131,26 @@ def test_error_mapping(
     assert response.headers.get("retry-after") == retry_after
     assert response.headers["content-type"] == "application/json"
     assert orjson.loads(bytes(response.body)) == {"error": message}
+
+
+def test_a_failed_model_is_answered_in_openai_shape_with_a_status_clients_do_not_retry():
+    error = ModelFailedError(model="m", reason="bad config", failed_at=1.0)
+    response = http_errors.openai_from_error(error)
+    # The openai SDK retries 408, 409, 429 and 5xx on its own; 424 it does not.
+    assert response.status_code == 424
+    assert "retry-after" not in response.headers
+    body = orjson.loads(bytes(response.body))
+    assert body["error"]["code"] == "model_failed"
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].endswith("bad config")
+
+
+def test_a_failed_model_is_failed_precondition_on_grpc():
+    import grpc
+
+    from activator.grpc.status import grpc_status
+
+    status = grpc_status(ModelFailedError(model="m", reason="bad", failed_at=1.0), "ModelInfer")
+    assert status.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert status.message.endswith(": bad")
+    assert status.metadata == ()

@@ -38,7 +38,7 @@ class RecordingObserver:
 
 
 def _settings(**overrides: object) -> ActivatorSettings:
-    return ActivatorSettings(startup_sync_timeout_s=5.0).model_copy(update=overrides)
+    return ActivatorSettings(startup_sync_timeout_s=5.0, auth="off").model_copy(update=overrides)
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

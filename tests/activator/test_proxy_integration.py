@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -22,6 +23,7 @@ import orjson
 import pytest
 from starlette.types import Receive, Scope, Send
 
+from activator.access_log import ACCESS_LOGGER
 from activator.app import ActivatorStore, create_app
 from activator.buffer import Activate
 from activator.settings import ActivatorSettings
@@ -64,7 +66,9 @@ def worker(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 async def _activator(
     store: ActivatorStore, activate: Activate, **overrides: object
 ) -> AsyncIterator[httpx.AsyncClient]:
-    settings = ActivatorSettings(startup_sync_timeout_s=10.0).model_copy(update=overrides)
+    settings = ActivatorSettings(startup_sync_timeout_s=10.0, auth="off").model_copy(
+        update=overrides
+    )
     app = create_app(settings, store, activate, "act-test")
     async with (
         serve_app(app, settings) as url,
@@ -105,6 +109,9 @@ async def _raw(
 ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """Status, headers (minus Date) and the body exactly as it came over the wire."""
     request = client.build_request(method, path, **kwargs)  # type: ignore[arg-type]
+    # Sent by the caller, the id reaches the worker unchanged both ways, and its error
+    # answers name it both ways; without one the activator would make one up.
+    request.headers["X-Request-ID"] = "byte-exact-1"
     response = await client.send(request, stream=True)
     try:
         body = b"".join([chunk async for chunk in response.aiter_raw()])
@@ -639,3 +646,110 @@ async def _after_suspension(client: httpx.AsyncClient, row: dict[str, object]) -
                 break
             await anyio.sleep(0.05)
     return await client.post("/v2/models/mlp/infer", json=row)
+
+
+# ---- request ids and the access log ----
+
+
+@pytest.fixture
+def access_lines() -> Iterator[list[str]]:
+    """The lines written to the access logger meanwhile."""
+    written: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            written.append(record.getMessage())
+
+    handler = Collect()
+    logger = logging.getLogger(ACCESS_LOGGER)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield written
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def _logged(line: str) -> dict[str, object]:
+    entry: dict[str, object] = orjson.loads(line)
+    return entry
+
+
+async def test_the_worker_gets_the_request_id_and_its_error_names_it_as_the_log_does(
+    worker: ServerProcess, access_lines: list[str]
+) -> None:
+    store = FakeStore()
+    store.register("mlp")
+    await store.add_placement(Placement(model="mlp", worker_id="w1", url=worker.url))
+    async with _activator(store, RecordingActivate(), access_log_format="json") as client:
+        broken = await client.post("/v2/models/mlp/infer", content=b"{not json")
+        live = await client.get("/v2/health/live")
+    assert live.status_code == 200
+    assert broken.status_code == 400
+    assert list(broken.json()) == ["error"]
+    # The activator made the id up; the worker got it and named it in its error answer.
+    request_id = broken.headers.get_list("x-request-id")
+    [line] = access_lines
+    entry = _logged(line)
+    assert request_id == [entry["request_id"]]
+    assert (entry["model"], entry["status"], entry["protocol"]) == ("mlp", 400, "http")
+    assert entry["bytes_in"] == len(b"{not json")
+    assert entry["bytes_out"] == len(broken.content)
+    assert entry["waited"] is False
+
+
+async def test_the_callers_request_id_and_traceparent_reach_the_worker() -> None:
+    seen: list[dict[bytes, bytes]] = []
+
+    async def upstream(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(dict(scope["headers"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    store = FakeStore()
+    store.register("mlp")
+    async with serve_asgi(upstream) as upstream_url:
+        await store.add_placement(Placement(model="mlp", worker_id="u", url=upstream_url))
+        async with _activator(store, RecordingActivate(), access_log=False) as client:
+            answer = await client.post(
+                "/v2/models/mlp/infer",
+                content=b"{}",
+                headers={"X-Request-ID": "caller-1", "traceparent": traceparent},
+            )
+            await client.post("/v2/models/mlp/infer", content=b"{}")
+    assert answer.status_code == 200
+    assert "x-request-id" not in answer.headers  # successes pass through untouched
+    first, second = seen
+    assert first[b"x-request-id"] == b"caller-1"
+    assert first[b"traceparent"] == traceparent.encode()
+    # With the log off, ids are still made up and passed on; no traceparent is.
+    assert len(second[b"x-request-id"]) == 32
+    assert b"traceparent" not in second
+
+
+async def test_a_request_that_waited_for_its_activation_says_so(
+    worker: ServerProcess, access_lines: list[str]
+) -> None:
+    store = FakeStore()
+    store.register("mlp")
+
+    async def activate(model: str) -> None:
+        await store.add_placement(Placement(model=model, worker_id="w1", url=worker.url))
+
+    x = np.random.default_rng(3).standard_normal(16, dtype=np.float32)
+    async with _activator(store, activate, access_log_format="json") as client:
+        cold = await client.post("/v2/models/mlp/infer", json=_json_row(x))
+        warm = await client.post("/v2/models/mlp/infer", json=_json_row(x))
+        unknown = await client.post("/v2/models/nobody/infer", json=_json_row(x))
+    assert cold.status_code == warm.status_code == 200
+    assert unknown.status_code == 404
+    first, second, third = (_logged(line) for line in access_lines)
+    assert first["waited"] is True
+    assert isinstance(first["wait_ms"], float) and first["wait_ms"] > 0
+    assert second["waited"] is False and second["wait_ms"] == 0
+    # An unknown name is no model; the activator's own error names the id too.
+    assert (third["model"], third["status"]) == (None, 404)
+    assert unknown.headers["x-request-id"] == third["request_id"]

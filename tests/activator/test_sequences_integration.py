@@ -51,7 +51,7 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
 
 @contextlib.asynccontextmanager
 async def activator(store: FakeStore) -> AsyncIterator[httpx.AsyncClient]:
-    settings = ActivatorSettings(startup_sync_timeout_s=10.0)
+    settings = ActivatorSettings(startup_sync_timeout_s=10.0, auth="off")
     app = create_app(settings, store, RecordingActivate(), "act-test")
     async with (
         serve_app(app, settings) as url,

@@ -96,3 +96,26 @@ def test_errors_are_what_h2load_read_go_wrong(output: str, errors: int) -> None:
 def test_errors_need_h2loads_summary() -> None:
     with pytest.raises(ValueError, match="no request or status summary"):
         h2load.errors_in("finished in 2.00s, 1174.00 req/s, 1.00MB/s\n")
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(h2load.find() is None, reason="needs h2load (apt-get install nghttp2-client)")
+def test_front_ends_quick_run(tmp_path: Path) -> None:
+    """``bench/grpc_frontends.py``: both zeroserve front ends and both echo floors answer,
+    checked, and reported without errors."""
+    output = _run(
+        [
+            sys.executable,
+            "-m",
+            "bench.grpc_frontends",
+            "--quick",
+            "--no-save",
+            "--no-triton",
+            "--concurrency",
+            "1",
+        ],  # fmt: skip
+        ROOT,
+    )
+    points = [line for line in output.splitlines() if line.startswith("repeat 0 ")]
+    assert len(points) == 6 and all(" errors 0 " in line for line in points), output
+    assert "| zeroserve ONNX, h2corn |" in output

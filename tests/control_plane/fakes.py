@@ -108,7 +108,11 @@ class FakeWorkers:
 
     events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     fail_loads: dict[str, str] = dataclasses.field(default_factory=dict)
-    """model -> the worker's error message."""
+    """model -> the worker's error message (a failure that may pass: a 503)."""
+    refuse_loads: dict[str, str] = dataclasses.field(default_factory=dict)
+    """model -> the worker's error message for a load that fails for good (a 400)."""
+    attempts: list[str] = dataclasses.field(default_factory=list)
+    """Every model a load was asked for, failed loads included."""
     die_on_load: set[str] = dataclasses.field(default_factory=set)
     """worker ids whose next load fails as if the worker died."""
     load_gate: asyncio.Event | None = None
@@ -127,9 +131,19 @@ class FakeWorkers:
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
         if self.load_gate is not None:
             await self.load_gate.wait()
+        self.attempts.append(model.name)
         if worker.id in self.die_on_load:
             self.die_on_load.discard(worker.id)
             raise WorkerCallError(worker=worker.id, reason="connection reset")
+        if model.name in self.refuse_loads:
+            message = self.refuse_loads[model.name]
+            raise LoadFailedError(
+                model=model.name,
+                worker=worker.id,
+                reason=f"400: {message}",
+                is_permanent=True,
+                worker_message=message,
+            )
         if model.name in self.fail_loads:
             raise LoadFailedError(
                 model=model.name, worker=worker.id, reason=self.fail_loads[model.name]

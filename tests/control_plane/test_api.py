@@ -12,6 +12,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from control_plane import usage
 from control_plane.activation import Orchestrator
 from control_plane.api.app import create_app
 from control_plane.api.service import AdminService
@@ -107,6 +108,7 @@ async def test_missing_or_wrong_token_is_401(api: Api, headers: dict[str, str]):
         ("POST", "/admin/v1/models"),
         ("GET", "/admin/v1/workers"),
         ("DELETE", "/admin/v1/models/m"),
+        ("GET", "/admin/v1/models/m/usage"),
     ]:
         response = await api.client.request(method, path, headers=headers)
         assert response.status_code == 401, (method, path)
@@ -130,7 +132,11 @@ async def test_openapi_metrics_and_health_need_no_token(api: Api):
         "/admin/v1/models/{name}/load",
         "/admin/v1/models/{name}/unload",
         "/admin/v1/models/{name}/activations",
+        "/admin/v1/models/{name}/usage",
         "/admin/v1/workers",
+        "/admin/v1/keys",
+        "/admin/v1/keys/{key_id}",
+        "/admin/v1/keys/{key_id}/revoke",
     }
     create = doc["paths"]["/admin/v1/models"]["post"]
     assert create["requestBody"]["content"]["application/json"]["schema"] == {
@@ -312,6 +318,7 @@ async def test_register_list_show(api: Api):
         "target_concurrency": 8.0,
         "idle_timeout_s": 5.0,
         "sleep_after_s": 0.0,
+        "policy": "fixed",
     }
     assert view["resources"] == {"device": "cpu", "memory_bytes": 1000}
     assert view["generation"] == 1
@@ -322,6 +329,7 @@ async def test_register_list_show(api: Api):
         "in_flight": 0,
         "last_request_at": None,
         "last_activation": None,
+        "failure": None,
     }
     listed = (await api.client.get("/admin/v1/models", headers=AUTH)).json()
     assert [m["name"] for m in listed["models"]] == ["m"]
@@ -460,3 +468,50 @@ async def test_unload_right_after_a_storage_change_stays_unloaded(api: Api):
     assert await api.store.list_placements("m") == []
     status = (await api.client.get("/admin/v1/models/m", headers=AUTH)).json()["status"]
     assert status["state"] == "scaled_to_zero"
+
+
+# ---- usage ----
+
+
+async def test_usage_over_a_range_sums_the_hours_it_overlaps(api: Api):
+    assert (await api.register("m")).status_code == 201
+    ledger = usage.UsageLedger()
+    hour = usage.BUCKET_S
+    ledger = usage.add(ledger, usage.Usage(serving_s=100.0), start=hour, end=hour + 100)
+    ledger = usage.add(ledger, usage.Usage(idle_s=600.0), start=3 * hour, end=3 * hour + 600)
+    ledger = usage.add(
+        ledger,
+        usage.Usage(loading_s=5.0, activations=1, cold_starts=1, cold_start_wait_s=6.0),
+        start=3 * hour,
+        end=3 * hour,
+    )
+    await api.store.put_model_state("m", usage.STATE_KEY, ledger.to_json())
+    response = await api.client.get(
+        "/admin/v1/models/m/usage", params={"start": 3 * hour, "end": 4 * hour}, headers=AUTH
+    )
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["replica_seconds"] == {"serving": 0.0, "idle": 600.0, "loading": 5.0}
+    assert (doc["activations"], doc["cold_starts"], doc["cold_start_wait_s"]) == (1, 1, 6.0)
+    assert doc["device"] == "cpu"
+    everything = await api.client.get(
+        "/admin/v1/models/m/usage", params={"start": 0, "end": 5 * hour}, headers=AUTH
+    )
+    assert everything.json()["replica_seconds"]["serving"] == 100.0
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status"),
+    [
+        pytest.param("/admin/v1/models/nope/usage", {}, 404, id="unknown-model"),
+        pytest.param("/admin/v1/models/m/usage", {"start": "yesterday"}, 422, id="not-a-time"),
+        pytest.param(
+            "/admin/v1/models/m/usage", {"start": 10, "end": 5}, 422, id="start-after-end"
+        ),
+    ],
+)
+async def test_usage_errors(api: Api, path: str, params: dict[str, Any], status: int):
+    assert (await api.register("m")).status_code == 201
+    response = await api.client.get(path, params=params, headers=AUTH)
+    assert response.status_code == status
+    assert error_of(response)

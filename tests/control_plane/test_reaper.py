@@ -8,6 +8,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from control_plane import usage
+from control_plane.keepalive import AdaptivePolicy
+from control_plane.keepalive.tracker import STATE_KEY, IdleTracker
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PoolPlacers
 from control_plane.reaper import PoolState, Reaper, WorkerDecision, decide_workers
@@ -33,9 +36,13 @@ REPORT_TTL_S = 5.0
 class NoActivations:
     def __init__(self) -> None:
         self.models: set[str] = set()
+        self.requested: list[tuple[str, str]] = []
 
     def is_activating(self, model: str) -> bool:
         return model in self.models
+
+    def request(self, model: str, *, trigger: str = "request") -> None:
+        self.requested.append((model, trigger))
 
 
 class Liveness:
@@ -169,6 +176,113 @@ async def test_replicas_of_deleted_models_are_retired():
         await s.sweep()
         assert await s.placed() == set()
         assert s.workers.unloads() == [("w1", "m")]
+
+
+async def _adaptive(
+    s: Setup, name: str, *, bound_s: float = 3600.0, backend: str = "", sleep_after_s: float = 0
+) -> None:
+    record = ModelRecord(
+        name=name,
+        storage_uri=f"/models/{name}",
+        backend=backend,
+        scaling=ScalingSpec(idle_timeout_s=bound_s, policy="adaptive", sleep_after_s=sleep_after_s),
+    )
+    await s.store.create_model(record)
+    await s.placer.place(record)
+
+
+async def test_adaptive_model_learns_its_idle_times_into_the_store():
+    async with Setup() as s:
+        await _adaptive(s, "m")
+        await s.traffic("m", 0)
+        await s.sweep()
+        s.wall.advance(100.0)
+        await s.traffic("m", 1)  # a request after 100 s idle
+        await s.sweep()
+        doc = await s.store.get_model_state("m", STATE_KEY)
+        assert doc is not None
+        tracker = IdleTracker.from_json(doc)
+        assert tracker.history.gaps == pytest.approx(1.0)
+        assert tracker.idle_since is None  # busy now
+        assert await s.placed() == {"m"}
+
+
+async def _periodic_history(s: Setup, name: str) -> None:
+    """A model called every 10 minutes, for the past 2 days."""
+    history = AdaptivePolicy().new_history()
+    now = s.wall.now
+    for i in range(288):
+        at = now - (288 - i) * 600.0
+        history = history.observe(595.0, ended_at=at, requests=1.0, now=at)
+    await s.store.put_model_state(name, STATE_KEY, IdleTracker(history).to_json())
+
+
+async def test_adaptive_engine_that_can_sleep_sleeps_where_the_plan_unloads():
+    async with Setup() as s:
+        await _adaptive(s, "llm", backend="transformers", sleep_after_s=1800.0)
+        await _periodic_history(s, "llm")
+        await s.traffic("llm", 0)
+        await s.sweep()
+        s.wall.advance(60.0)
+        await s.sweep()
+        assert await s.placed() == set()
+        assert [p.model for p in await s.store.list_sleeping()] == ["llm"]
+
+
+async def test_adaptive_model_unloads_early_and_is_prewarmed_on_its_period():
+    async with Setup() as s:
+        await _adaptive(s, "m")
+        await _periodic_history(s, "m")
+        await s.traffic("m", 0)
+        await s.sweep()
+        s.wall.advance(60.0)
+        await s.sweep()
+        # Far below idle_timeout_s (an hour): the plan unloads and will pre-warm.
+        assert await s.placed() == set()
+        assert s.activations.requested == []
+        s.wall.advance(600.0 - 60.0 - 2 * s.settings.keepalive_default_load_s)
+        await s.sweep()
+        assert s.activations.requested == [("m", "prewarm")]
+        await s.sweep()  # once per idle period
+        assert s.activations.requested == [("m", "prewarm")]
+
+
+async def test_usage_adds_up_to_the_time_each_replica_was_loaded():
+    async with Setup() as s:
+        placed_at = s.wall.now
+        await s.place("m")
+        # The activation that loaded it, as the orchestrator records it.
+        await s.store.add_activation(
+            "m",
+            {
+                "id": "a1",
+                "trigger": "request",
+                "outcome": "ready",
+                "queued_at": placed_at - 4.0,
+                "durations_s": {"load": 3.0, "total": 4.0},
+            },
+            keep=5,
+        )
+        await s.traffic("m", 1)
+        await s.sweep()
+        s.wall.advance(7.0)
+        await s.traffic("m", 0)  # busy for those 7 s
+        await s.sweep()
+        s.wall.advance(IDLE_S / 2)
+        await s.sweep()
+        s.wall.advance(IDLE_S)  # idle past its timeout: this sweep retires it
+        await s.sweep()
+        assert await s.placed() == set()
+        retired_at = s.wall.now
+        await s.reaper.flush_usage(force=True)
+        doc = await s.store.get_model_state("m", usage.STATE_KEY)
+        assert doc is not None
+        total = usage.totals(usage.UsageLedger.from_json(doc), start=0.0, end=retired_at + 1)
+        assert total.serving_s + total.idle_s == pytest.approx(retired_at - placed_at)
+        assert total.serving_s == pytest.approx(7.0)
+        assert total.loading_s == pytest.approx(3.0)
+        assert (total.activations, total.cold_starts) == (1, 1)
+        assert total.cold_start_wait_s == pytest.approx(4.0)
 
 
 async def test_an_empty_worker_is_stopped_after_the_grace_period():

@@ -45,6 +45,12 @@ def test_defaults_are_safe(monkeypatch: pytest.MonkeyPatch):
         pytest.param({"max_workers": 0}, id="no-workers"),
         pytest.param({"admin_token": "short"}, id="short-token"),
         pytest.param({"panic_window_s": 100.0, "stable_window_s": 60.0}, id="panic-over-stable"),
+        pytest.param(
+            {"activation_backoff_initial_s": 10.0, "activation_backoff_max_s": 5.0},
+            id="backoff-initial-over-max",
+        ),
+        pytest.param({"activation_backoff_initial_s": 0.0}, id="backoff-zero"),
+        pytest.param({"inspect_timeout_s": 0.0}, id="inspect-timeout-zero"),
         pytest.param({"panic_threshold": 1.0}, id="threshold"),
         pytest.param({"backend": "docker"}, id="unknown-backend"),
         pytest.param({"load_timeout_s": 0}, id="timeout"),

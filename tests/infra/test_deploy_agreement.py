@@ -199,6 +199,15 @@ def test_what_terraform_merges_into_the_config_map_is_settings() -> None:
     assert "ZEROSERVE_KNATIVE_POOLS = var.knative_pools" in text
 
 
+def test_the_deployed_activator_requires_api_keys() -> None:
+    """The public ALB reaches the activator: both deploy/kubernetes and what Terraform
+    merges set keys on, explicitly (not by the default alone)."""
+    _, _, activator = _settings("zeroserve-activator")
+    assert activator.auth == "keys"
+    assert terraform_config_values()["ZEROSERVE_ACTIVATOR_AUTH"] == "keys"
+    assert container_env("zeroserve-activator")["ZEROSERVE_ACTIVATOR_AUTH"] == "keys"
+
+
 def test_serve_grpc_false_turns_off_grpc_where_deploy_kubernetes_turns_it_on() -> None:
     """deploy/kubernetes serves gRPC at the activator and on the runtime pods; Terraform's
     switch sets both of those settings to 0, and nothing else."""

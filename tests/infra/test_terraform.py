@@ -181,6 +181,13 @@ def test_no_cluster_role_can_write_the_model_bucket() -> None:
         _text(action) for s in documents["runtime"]["statement"] for action in s["actions"]
     }
     assert runtime_actions == {"s3:GetObject", "s3:ListBucket", "kms:Decrypt"}
+    # The control plane reads models as the runtime does (registration checks), no more.
+    [control_plane_read] = [
+        body
+        for type_, name, body in _blocks("resource")
+        if type_ == "aws_iam_role_policy" and name == "control_plane_read_models"
+    ]
+    assert "data.aws_iam_policy_document.runtime.json" in _text(control_plane_read["policy"])
     for name in ("runtime", "publish_metrics", "cluster_autoscaler"):
         for statement in documents[name]["statement"]:
             for action in map(_text, statement["actions"]):

@@ -22,7 +22,7 @@ from tests.integration.test_platform_e2e import (
     register,
     start_platform,
 )
-from tests.models import write_onnx_mlp
+from tests.models import write_onnx_mlp, write_python_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
@@ -102,7 +102,9 @@ async def test_a_folder_registered_under_another_name_is_served_under_it(
 async def test_up_registers_model_code_unless_its_operator_says_no(
     platform: Platform, client: httpx.AsyncClient, tmp_path: Path
 ):
-    body = {"name": "code", "storage_uri": str(platform.models_dir), "backend": "python"}
+    # A real Python model: the registration is checked against what its folder holds.
+    model_dir = write_python_model(platform.models_dir, "code")
+    body = {"name": "code", "storage_uri": str(model_dir), "backend": "python"}
     allowed = await client.post(f"{platform.admin}/admin/v1/models", json=body, headers=AUTH)
     assert allowed.status_code == 201, allowed.text
     refusing = start_platform(tmp_path, "no-code", ZEROSERVE_CONTROL_PLANE_ALLOW_MODEL_CODE="false")

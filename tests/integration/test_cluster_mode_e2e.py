@@ -125,7 +125,8 @@ class Cluster:
             ZEROSERVE_CONTROL_PLANE_PLACEMENT_PROPAGATION_S="0.3",
         )
 
-    def start_activator(self, name: str) -> Component:
+    def start_activator(self, name: str, **env: str) -> Component:
+        """An activator on the cluster's Redis; keys off unless ``env`` says otherwise."""
         port = free_port()
         return self._start(
             name,
@@ -135,6 +136,7 @@ class Cluster:
             ZEROSERVE_ACTIVATOR_TRAFFIC_REPORT_INTERVAL_S="0.2",
             # A request that finds no replica gives up (503) before the test's client does.
             ZEROSERVE_ACTIVATOR_ACTIVATION_TIMEOUT_S="60",
+            **{"ZEROSERVE_ACTIVATOR_AUTH": "off", **env},
         )
 
     def _start(
@@ -396,3 +398,50 @@ async def test_two_control_planes_and_two_activators_on_one_redis(
     )
     second.remember_workers()
     assert await is_acting(client, second)
+
+
+async def test_keys_and_quotas_hold_across_two_activators_on_one_redis(
+    cluster: Cluster, client: httpx.AsyncClient
+):
+    """A key made through the admin API works on both activators, one rate budget is
+    shared by both, and a revocation reaches both. Readiness of an unregistered model is
+    enough to see it (404 once let in): no worker is needed."""
+    control_plane = cluster.start_control_plane("cp")
+    activators = [
+        cluster.start_activator(f"act-{i}", ZEROSERVE_ACTIVATOR_AUTH="keys") for i in (1, 2)
+    ]
+    await wait_started(client, cluster, control_plane, *activators)
+
+    async def create(**body: Any) -> str:
+        response = await client.post(
+            f"{control_plane.url}/admin/v1/keys", json={"name": "k", **body}, headers=AUTH
+        )
+        assert response.status_code == 201, response.text
+        return str(response.json()["key"])
+
+    async def statuses(token: str, count: int) -> list[int]:
+        answers = []
+        for i in range(count):
+            response = await client.get(
+                f"{activators[i % 2].url}/v2/models/nowhere/ready",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            answers.append(response.status_code)
+        return answers
+
+    full = await create()
+    assert await statuses(full, 2) == [404, 404]
+    # Four requests at once, then one per ~17 minutes, for both activators together.
+    limited = await create(limits={"requests_per_s": 0.001, "burst": 4})
+    assert await statuses(limited, 10) == [404] * 4 + [429] * 6
+
+    key_id = full.split("_")[1]
+    response = await client.post(f"{control_plane.url}/admin/v1/keys/{key_id}/revoke", headers=AUTH)
+    assert response.status_code == 200
+
+    async def refused_everywhere() -> bool:
+        return await statuses(full, 2) == [401, 401]
+
+    await eventually(refused_everywhere, "both activators to refuse the revoked key", cluster)
+    for component in cluster.components:
+        assert full.rsplit("_", 1)[1] not in component.log()

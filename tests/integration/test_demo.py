@@ -3,8 +3,10 @@ prints a curl line, and that line gets an answer."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,12 +63,29 @@ def test_demo_answers_the_curl_line_it_prints(tmp_path: Path, command: str):
         else:
             raise AssertionError(f"demo server never got ready:\n{log_path.read_text()}")
         printed = log_path.read_text()
-        match = re.search(r"curl -s -X POST (\S+) -d '(.+)'", printed)
+        match = re.search(r"curl -s -X POST (\S+)(?: -H \"([^\"]+)\")? -d '(.+)'", printed)
         assert match, printed
-        # Through `up` the model is scaled to zero: this request is its cold start.
-        response = httpx.post(match.group(1), content=match.group(2), timeout=120)
-        assert response.status_code == 200, response.text
-        output = response.json()["outputs"][0]
+        url, header, body = match.groups()
+        if command == "up":
+            # Keys are on by default: the line carries the demo key, and only it gets in.
+            assert header is not None and header.startswith("Authorization: Bearer zs_")
+            assert httpx.post(url, content=body, timeout=60).status_code == 401
+        headers = dict([header.split(": ", 1)]) if header else {}
+        if shutil.which("curl"):
+            # The line as printed, through a shell, as a reader pastes it.
+            line = re.search(r"curl -s .*", printed)
+            assert line is not None
+            done = subprocess.run(
+                ["bash", "-c", line.group(0)], capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 0, done.stderr
+            answer = json.loads(done.stdout)
+        else:
+            # Through `up` the model is scaled to zero: this request is its cold start.
+            response = httpx.post(url, content=body, headers=headers, timeout=120)
+            assert response.status_code == 200, response.text
+            answer = response.json()
+        output = answer["outputs"][0]
         assert output["name"] == "OUTPUT0" and output["shape"] == [1, 3]
         if command == "serve":
             assert (tmp_path / "demo-models" / "demo_mlp" / "1" / "model.onnx").is_file()

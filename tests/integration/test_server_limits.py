@@ -115,6 +115,8 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
             "ZEROSERVE_ADMIN_TOKEN": TOKEN,
             # Triton's default gRPC port (8001) may be taken on a shared machine.
             "ZEROSERVE_DATA_PLANE_GRPC_PORT": "0",
+            # Limits of the connection, not of keys (tests/integration/test_keys_e2e.py).
+            "ZEROSERVE_ACTIVATOR_AUTH": "off",
         }
         env |= {PREFIXES[kind] + name.upper(): str(value) for name, value in limits.items()}
         with log_path.open("wb") as log:

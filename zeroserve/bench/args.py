@@ -248,7 +248,7 @@ def add_bench_parser(
         default="auto",
         help="on stderr: a bar on a terminal, a line per level otherwise (auto)",
     )
-    bench.add_argument("--log-level", default="warning")
+    bench.add_argument("--log-level", default="warning", help="how much the process logs")
     return bench
 
 

@@ -12,10 +12,12 @@ Layout, every key under ``key_prefix`` (``zeroserve:`` by default):
     traffic:<model>             hash   activator id -> TrafficReport JSON
     traffic-expiry:<model>      zset   activator id -> when that report lapses (server ms)
     lease                       string the acting control plane's holder id, with a PX ttl
+    keys                        hash   API key id -> ApiKeyRecord JSON (a secret's hash only)
 
     events:placements           channel  {"kind": "added"|"removed", "placement": {...}}
     events:activations          channel  model name
     events:first-responses      channel  FirstResponse JSON
+    events:key-revocations      channel  a revoked key's id
 
 All placements share one hash: there are hundreds at most, and removing a worker's or a
 model's placements is then one atomic scan of one key.
@@ -50,6 +52,8 @@ class Keys:
         self.placement_channel = prefix + "events:placements"
         self.activation_channel = prefix + "events:activations"
         self.first_response_channel = prefix + "events:first-responses"
+        self.api_keys = prefix + "keys"
+        self.key_revocation_channel = prefix + "events:key-revocations"
 
     def timeline(self, model: str) -> str:
         return f"{self.prefix}timeline:{model}"
@@ -60,15 +64,25 @@ class Keys:
     def traffic_expiry(self, model: str) -> str:
         return f"{self.prefix}traffic-expiry:{model}"
 
+    def model_state(self, model: str) -> str:
+        return f"{self.prefix}model-state:{model}"
+
 
 _NOW_MS = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-# KEYS: models. ARGV: name, record JSON. -> 1 replaced, 0 absent.
+# KEYS: models. ARGV: name, record JSON, expected generation ('' for any).
+# -> 1 replaced, 0 absent or of another generation. A record already equal to the new one
+# counts as replaced, so a replay after a lost answer succeeds.
 _UPDATE_MODEL = """
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local current = redis.call('HGET', KEYS[1], ARGV[1])
+if not current then return 0 end
+if ARGV[3] ~= '' and current ~= ARGV[2]
+    and cjson.decode(current)['generation'] ~= tonumber(ARGV[3]) then
+  return 0
+end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """
@@ -234,6 +248,14 @@ end
 return 0
 """
 
+# KEYS: keys. ARGV: id, revoked record JSON, channel. -> 1 stored and published, 0 absent.
+_REVOKE_KEY = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1
+"""
+
 # KEYS: lease. ARGV: holder. Deletes only the holder's own lease.
 _RELEASE_LEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -261,3 +283,4 @@ class Scripts:
         self.traffic = register(_TRAFFIC)
         self.renew_lease = register(_RENEW_LEASE)
         self.release_lease = register(_RELEASE_LEASE)
+        self.revoke_key = register(_REVOKE_KEY)

@@ -13,6 +13,7 @@ backoff, and announce every reconnect to their consumer.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -38,6 +39,7 @@ from control_plane.store.redis.subscriptions import (
     placement_event,
     resync,
 )
+from foundation.keys import ALL_KEYS, ApiKeyRecord
 from foundation.records import (
     FirstResponse,
     ModelRecord,
@@ -139,15 +141,22 @@ class RedisStateStore(StateStore):
         if not created:
             raise StoreConflictError(f"model {record.name!r} already exists")
 
-    async def update_model(self, record: ModelRecord) -> None:
+    async def update_model(
+        self, record: ModelRecord, *, expected_generation: int | None = None
+    ) -> None:
+        expected = "" if expected_generation is None else str(expected_generation)
         updated = await self._run(
             "update_model",
             lambda: self._scripts.update_model(
-                keys=[self._keys.models], args=[record.name, _dumps(record)]
+                keys=[self._keys.models], args=[record.name, _dumps(record), expected]
             ),
         )
         if not updated:
-            raise StoreConflictError(f"model {record.name!r} does not exist")
+            raise StoreConflictError(
+                f"model {record.name!r} does not exist"
+                if expected_generation is None
+                else f"model {record.name!r} does not exist at generation {expected}"
+            )
 
     async def get_model(self, name: str) -> ModelRecord | None:
         raw = await self._run("get_model", lambda: self._client.hget(self._keys.models, name))
@@ -178,6 +187,9 @@ class RedisStateStore(StateStore):
             # A replay after a lost answer would find nothing and report False.
             replay_safe=False,
         )
+        # Learned state is the model's too; after the record (a reaper that saw the model
+        # just before it went would write it again, which the next delete cleans up).
+        await self._run("delete_model", lambda: self._client.delete(self._keys.model_state(name)))
         return bool(existed)
 
     # ---- workers ----
@@ -394,6 +406,67 @@ class RedisStateStore(StateStore):
         )
         return [orjson.loads(raw) for raw in raws]
 
+    # ---- API keys ----
+    async def create_key(self, record: ApiKeyRecord) -> None:
+        created = await self._run(
+            "create_key",
+            lambda: self._client.hsetnx(self._keys.api_keys, record.id, _dumps(record)),
+            # A replay after a lost answer would find the record it wrote and report a conflict.
+            replay_safe=False,
+        )
+        if not created:
+            raise StoreConflictError(f"key {record.id!r} already exists")
+
+    async def get_key(self, key_id: str) -> ApiKeyRecord | None:
+        raw = await self._run("get_key", lambda: self._client.hget(self._keys.api_keys, key_id))
+        return None if raw is None else ApiKeyRecord.from_json(orjson.loads(raw))
+
+    async def list_keys(self) -> list[ApiKeyRecord]:
+        raws = await self._run("list_keys", lambda: self._client.hvals(self._keys.api_keys))
+        records = [ApiKeyRecord.from_json(orjson.loads(raw)) for raw in raws]
+        return sorted(records, key=lambda r: r.id)
+
+    async def revoke_key(self, key_id: str, *, revoked_at: float) -> ApiKeyRecord | None:
+        record = await self.get_key(key_id)
+        if record is None:
+            return None
+        if record.revoked_at is None:
+            record = dataclasses.replace(record, revoked_at=revoked_at)
+        # Keys change only by being revoked, so writing the record read above loses nothing;
+        # the script publishes in the same step, and only while the key still exists.
+        stored = await self._run(
+            "revoke_key",
+            lambda: self._scripts.revoke_key(
+                keys=[self._keys.api_keys],
+                args=[key_id, _dumps(record), self._keys.key_revocation_channel],
+            ),
+        )
+        return record if stored else None
+
+    def subscribe_key_revocations(self) -> AsyncGenerator[str, None]:
+        """Revoked key ids; after every (re)subscription first ``ALL_KEYS`` (revocations
+        made during an outage are not replayed, so consumers forget every cached key).
+        Reconnects and ends like :meth:`subscribe_placements`."""
+        return self._subscriber.listen(
+            self._keys.key_revocation_channel,
+            what="key revocations",
+            on_connect=_forget_all_keys,
+            decode=model_name,
+        )
+
+    # ---- per-model control state ----
+    async def put_model_state(self, model: str, key: str, doc: dict[str, Any]) -> None:
+        await self._run(
+            "put_model_state",
+            lambda: self._client.hset(self._keys.model_state(model), key, orjson.dumps(doc)),
+        )
+
+    async def get_model_state(self, model: str, key: str) -> dict[str, Any] | None:
+        raw = await self._run(
+            "get_model_state", lambda: self._client.hget(self._keys.model_state(model), key)
+        )
+        return None if raw is None else dict(orjson.loads(raw))
+
     # ---- lease ----
     async def try_acquire_lease(self, holder: str, ttl_s: float) -> bool:
         if not ttl_s > 0:
@@ -462,8 +535,12 @@ class RedisStateStore(StateStore):
         return [report for report in reports if report is not None]
 
 
+async def _forget_all_keys() -> list[str]:
+    return [ALL_KEYS]
+
+
 def _dumps(
-    record: ModelRecord | WorkerRecord | Placement | TrafficReport | FirstResponse,
+    record: ModelRecord | WorkerRecord | Placement | TrafficReport | FirstResponse | ApiKeyRecord,
 ) -> bytes:
     return orjson.dumps(record.to_json())
 

@@ -28,7 +28,7 @@ _M = TypeVar("_M", bound=Message)
 
 def settings(**overrides: Any) -> ActivatorSettings:
     # No stall probes: the fake workers serve no HTTP, and some tests hold calls on purpose.
-    base = ActivatorSettings(startup_sync_timeout_s=5.0, upstream_stall_s=3600.0)
+    base = ActivatorSettings(startup_sync_timeout_s=5.0, upstream_stall_s=3600.0, auth="off")
     return base.model_copy(update=overrides)
 
 

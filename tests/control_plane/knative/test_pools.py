@@ -34,6 +34,9 @@ class NoActivations:
     def is_activating(self, model: str) -> bool:
         return False
 
+    def request(self, model: str, *, trigger: str = "request") -> None:
+        raise AssertionError(f"no activation expected here ({model}, {trigger})")
+
 
 class Liveness:
     async def is_live(self, url: str) -> bool:

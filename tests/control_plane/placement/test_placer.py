@@ -124,6 +124,23 @@ async def test_full_pool_evicts_the_least_recently_used_idle_replica():
         assert s.workers.events[-2:] == [("unload", "w1", "old"), ("load", "w1", "new")]
 
 
+async def test_a_prewarm_takes_free_room_only_and_evicts_nothing():
+    async with Setup(max_workers=1, max_models_per_worker=2) as s:
+        await s.placer.place(await s.register("old"))
+        await s.placer.place(await s.register("recent"))
+        now = time.time()
+        await s.store.report_traffic(TrafficReport("old", "a1", 0, now - 100, now))
+        await s.store.report_traffic(TrafficReport("recent", "a1", 0, now - 1, now))
+        new = await s.register("new")
+        with pytest.raises(NoCapacityError, match="only by evicting 'old'"):
+            await s.placer.place(new, may_evict=False)
+        assert {p.model for p in await s.store.list_placements()} == {"old", "recent"}
+        assert ("unload", "w1", "old") not in s.workers.events
+        # The room it claimed is free again: an ordinary activation evicts as before.
+        result = await s.placer.place(new)
+        assert result.evicted == ("old",)
+
+
 async def test_busy_and_pinned_replicas_are_not_evicted():
     async with Setup(max_workers=1, max_models_per_worker=2) as s:
         await s.placer.place(await s.register("busy"))

@@ -1,9 +1,9 @@
-"""A real redis-server on a free loopback port, and both state stores behind one fixture.
+"""A real redis-server on a free loopback port, and every state store behind one fixture.
 
-The ``make_store`` fixture is parametrized over the in-memory and the Redis store, so every
-test that takes it is one contract test run against both implementations. redis-server must
-be installed (``apt-get install -y redis-server``): without it the Redis cases fail, loudly,
-instead of being skipped.
+The ``make_store`` fixture is parametrized over the in-memory, the SQLite and the Redis
+store, so every test that takes it is one contract test run against each implementation.
+redis-server must be installed (``apt-get install -y redis-server``): without it the Redis
+cases fail, loudly, instead of being skipped.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import pytest
 
 from control_plane.store.base import StateStore
 from control_plane.store.memory import MemoryStateStore
+from control_plane.store.sqlite import SqliteStateStore
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
@@ -188,7 +189,7 @@ class MakeStore(Protocol):
     """Opens another store of the implementation under test (closed after the test).
 
     Redis stores opened in one test share a key prefix, so they are replicas of one state;
-    memory stores are independent.
+    memory and SQLite stores (each on a file of its own) are independent.
     """
 
     def __call__(
@@ -199,20 +200,21 @@ class MakeStore(Protocol):
 @pytest.fixture(
     params=[
         pytest.param("memory"),
+        pytest.param("sqlite"),
         pytest.param("redis", marks=pytest.mark.integration),
     ]
 )
 def backend(request: pytest.FixtureRequest) -> str:
-    """``memory``, or the URL of the session's redis-server."""
-    if request.param == "memory":
-        return "memory"
+    """``memory``, ``sqlite``, or the URL of the session's redis-server."""
+    if request.param in ("memory", "sqlite"):
+        return str(request.param)
     # Started on first use, so `-m "not integration"` runs without redis-server.
     server: RedisServer = request.getfixturevalue("redis_server")
     return server.url
 
 
 @pytest.fixture
-async def make_store(backend: str) -> AsyncIterator[MakeStore]:
+async def make_store(backend: str, tmp_path: Path) -> AsyncIterator[MakeStore]:
     stores: list[StateStore] = []
     prefix = f"test-{uuid.uuid4().hex[:12]}:"
 
@@ -221,6 +223,12 @@ async def make_store(backend: str) -> AsyncIterator[MakeStore]:
         if backend == "memory":
             store = MemoryStateStore(
                 traffic_ttl_s=traffic_ttl_s, activation_pending_ttl_s=activation_pending_ttl_s
+            )
+        elif backend == "sqlite":
+            store = SqliteStateStore(
+                tmp_path / f"state-{len(stores)}.db",
+                traffic_ttl_s=traffic_ttl_s,
+                activation_pending_ttl_s=activation_pending_ttl_s,
             )
         else:
             from control_plane.store.redis import RedisStateStore

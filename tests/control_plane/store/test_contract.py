@@ -1,4 +1,4 @@
-"""The StateStore contract, run against the in-memory store and against a real redis-server.
+"""The StateStore contract, run against the in-memory, the SQLite and a real Redis store.
 
 Every test goes through the public StateStore methods only. Expiry tests wait well past a
 short ttl and then check that the entry is gone: a lower bound on time, never an upper one.
@@ -7,6 +7,7 @@ short ttl and then check that the entry is gone: a lower bound on time, never an
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -15,8 +16,10 @@ import pytest
 
 from control_plane.store.base import StateStore
 from control_plane.store.errors import StoreConflictError, StoreUnavailableError
+from foundation.keys import ALL_KEYS, ApiKeyRecord, KeyLimits
 from foundation.records import (
     FirstResponse,
+    ModelFailure,
     ModelRecord,
     Placement,
     PlacementEvent,
@@ -167,6 +170,36 @@ async def test_update_replaces_the_record(store: StateStore):
     newer = model(storage_uri="s3://models/mlp-v2", generation=3, config=None)
     await store.update_model(newer)
     assert await store.get_model("mlp") == newer
+
+
+async def test_a_failure_round_trips_with_the_record(store: StateStore):
+    failed = model(failure=ModelFailure(reason="config.pbtxt: bad", failed_at=1_700_000_009.5))
+    await store.create_model(failed)
+    assert await store.get_model("mlp") == failed
+    cleared = dataclasses.replace(failed, failure=None)
+    await store.update_model(cleared)
+    assert await store.get_model("mlp") == cleared
+
+
+async def test_update_at_the_expected_generation_replaces_the_record(store: StateStore):
+    await store.create_model(model(generation=2))
+    failed = model(generation=2, failure=ModelFailure(reason="bad", failed_at=1.5))
+    await store.update_model(failed, expected_generation=2)
+    assert await store.get_model("mlp") == failed
+    # The same write again (a replay after a lost answer) still succeeds.
+    await store.update_model(failed, expected_generation=2)
+    newer = model(generation=3, storage_uri="s3://models/mlp-v3")
+    await store.update_model(newer, expected_generation=2)
+    assert await store.get_model("mlp") == newer
+
+
+async def test_update_at_another_generation_conflicts_and_keeps_the_record(store: StateStore):
+    current = model(generation=3, storage_uri="s3://models/mlp-v3")
+    await store.create_model(current)
+    stale = model(generation=2, failure=ModelFailure(reason="bad", failed_at=1.5))
+    with pytest.raises(StoreConflictError):
+        await store.update_model(stale, expected_generation=2)
+    assert await store.get_model("mlp") == current
 
 
 async def test_update_of_an_unknown_name_conflicts_and_creates_nothing(store: StateStore):
@@ -524,6 +557,31 @@ async def test_activations_need_keep_of_at_least_one(store: StateStore):
         await store.add_activation("mlp", {}, keep=0)
 
 
+# ---- per-model control state ----
+
+
+async def test_model_state_is_kept_per_model_and_key_and_replaced(store: StateStore):
+    assert await store.get_model_state("mlp", "keepalive") is None
+    doc = {"counts": [0.5, 1.25], "updated_at": None, "nested": {"x": [1, 2]}}
+    await store.put_model_state("mlp", "keepalive", doc)
+    await store.put_model_state("mlp", "other", {"n": 1})
+    await store.put_model_state("resnet", "keepalive", {"n": 2})
+    assert await store.get_model_state("mlp", "keepalive") == doc
+    await store.put_model_state("mlp", "keepalive", {"n": 3})
+    assert await store.get_model_state("mlp", "keepalive") == {"n": 3}
+    assert await store.get_model_state("mlp", "other") == {"n": 1}
+    assert await store.get_model_state("resnet", "keepalive") == {"n": 2}
+
+
+async def test_delete_model_forgets_its_state(store: StateStore):
+    await store.create_model(model("mlp"))
+    await store.put_model_state("mlp", "keepalive", {"n": 1})
+    await store.put_model_state("resnet", "keepalive", {"n": 2})
+    assert await store.delete_model("mlp") is True
+    assert await store.get_model_state("mlp", "keepalive") is None
+    assert await store.get_model_state("resnet", "keepalive") == {"n": 2}
+
+
 # ---- lease ----
 
 
@@ -550,6 +608,66 @@ async def test_lease_ttl_must_be_positive(store: StateStore):
         await store.try_acquire_lease("cp-1", ttl_s=0)
 
 
+# ---- API keys ----
+
+
+def api_key(key_id: str = "0123456789ab", **changes: Any) -> ApiKeyRecord:
+    fields: dict[str, Any] = {
+        "id": key_id,
+        "name": f"team-{key_id}",
+        "secret_sha256": "ab" * 32,
+        "models": ("mlp", "resnet-*"),
+        "limits": KeyLimits(requests_per_s=2.5, burst=5, max_in_flight=3, activations_per_hour=4),
+        "created_at": 1_700_000_000.25,
+        "expires_at": 1_800_000_000.5,
+    }
+    fields.update(changes)
+    return ApiKeyRecord(**fields)
+
+
+async def test_a_key_round_trips_and_its_id_is_unique(store: StateStore):
+    record = api_key()
+    await store.create_key(record)
+    assert await store.get_key(record.id) == record
+    assert await store.get_key("ffffffffffff") is None
+    with pytest.raises(StoreConflictError):
+        await store.create_key(api_key(name="another"))
+    unlimited = api_key("a0a0a0a0a0a0", models=("*",), limits=KeyLimits(), expires_at=None)
+    await store.create_key(unlimited)
+    assert await store.list_keys() == [record, unlimited]
+
+
+async def test_revoking_keeps_the_record_marked_and_its_first_time(store: StateStore):
+    await store.create_key(api_key())
+    revoked = await store.revoke_key(api_key().id, revoked_at=1_750_000_000.0)
+    assert revoked == api_key(revoked_at=1_750_000_000.0)
+    assert await store.get_key(api_key().id) == revoked
+    again = await store.revoke_key(api_key().id, revoked_at=1_760_000_000.0)
+    assert again is not None and again.revoked_at == 1_750_000_000.0
+    assert await store.revoke_key("ffffffffffff", revoked_at=1.0) is None
+    assert await store.list_keys() == [revoked]
+
+
+async def test_revocations_reach_every_subscriber_after_all_keys(store: StateStore):
+    first = store.subscribe_key_revocations()
+    second = store.subscribe_key_revocations()
+    try:
+        assert await next_of(first) == ALL_KEYS
+        assert await next_of(second) == ALL_KEYS
+        await store.create_key(api_key())
+        await store.create_key(api_key("bbbbbbbbbbbb"))
+        await store.revoke_key("bbbbbbbbbbbb", revoked_at=5.0)
+        await store.revoke_key(api_key().id, revoked_at=6.0)
+        # A revocation of an unknown id publishes nothing.
+        await store.revoke_key("cccccccccccc", revoked_at=7.0)
+        for events in (first, second):
+            assert await next_of(events) == "bbbbbbbbbbbb"
+            assert await next_of(events) == api_key().id
+    finally:
+        await aclose(first)
+        await aclose(second)
+
+
 # ---- close ----
 
 
@@ -566,8 +684,10 @@ async def test_close_ends_open_and_new_subscriptions(store: StateStore):
     placements = store.subscribe_placements()
     requests = store.subscribe_activation_requests()
     reports = store.subscribe_first_responses()
+    revocations = store.subscribe_key_revocations()
     try:
         assert await next_of(placements) == RESYNC
+        assert await next_of(revocations) == ALL_KEYS
         await store.request_activation("mlp")
         assert await next_of(requests) == "mlp"
         await store.report_first_response(first_response())
@@ -590,7 +710,14 @@ async def test_close_ends_open_and_new_subscriptions(store: StateStore):
             await next_of(store.subscribe_placements())
         with pytest.raises(StopAsyncIteration):
             await next_of(store.subscribe_first_responses())
+        with pytest.raises(StopAsyncIteration):
+            await next_of(revocations)
+        with pytest.raises(StopAsyncIteration):
+            await next_of(store.subscribe_key_revocations())
+        with pytest.raises(StoreUnavailableError):
+            await store.get_key(api_key().id)
     finally:
+        await aclose(revocations)
         await aclose(placements)
         await aclose(requests)
         await aclose(reports)

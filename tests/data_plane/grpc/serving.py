@@ -5,6 +5,7 @@ from the test's thread."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,11 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_plane.grpc.server import create_grpc_server, start_grpc_server
+from data_plane.grpc.server import grpc_listener
 from foundation.grpc_limits import GrpcLimits
 from tests.data_plane.server_app import Core, data_plane_core
 
 START_TIMEOUT_S = 120.0
+FRONTEND_VARIABLE = "ZEROSERVE_DATA_PLANE_GRPC_FRONTEND"
+"""Names the front end the gRPC tests serve with where they do not choose one (``aio`` or
+``h2corn``; unset: `GrpcLimits`' default, h2corn), so the whole suite runs on either."""
+
+
+def limits_under_test(**fields: Any) -> GrpcLimits:
+    """`GrpcLimits` with ``fields``, on the front end :data:`FRONTEND_VARIABLE` names."""
+    frontend = os.environ.get(FRONTEND_VARIABLE)
+    if frontend and "grpc_frontend" not in fields:
+        fields["grpc_frontend"] = frontend
+    return GrpcLimits(**fields)
+
+
 STOP_TIMEOUT_S = 30.0
 
 
@@ -55,15 +69,18 @@ def serving(
 
     async def main() -> None:
         async with data_plane_core(repo, cache_dir, **core_options) as core:
-            server = create_grpc_server(core.handlers, limits or GrpcLimits())
-            port = await start_grpc_server(server, "127.0.0.1", 0)
-            stop = asyncio.Event()
-            started.append(GrpcServing(port, core, asyncio.get_running_loop(), stop))
-            ready.set()
-            try:
+            listener = grpc_listener(
+                lambda: core.handlers,
+                limits or limits_under_test(),
+                host="127.0.0.1",
+                port=0,
+                drain_timeout_s=5.0,
+            )
+            async with listener as port:
+                stop = asyncio.Event()
+                started.append(GrpcServing(port, core, asyncio.get_running_loop(), stop))
+                ready.set()
                 await stop.wait()
-            finally:
-                await server.stop(grace=5.0)
 
     def run() -> None:
         try:

@@ -10,9 +10,8 @@ import grpc
 import numpy as np
 import pytest
 
-from foundation.grpc_limits import GrpcLimits
 from foundation.proto import grpc_service_pb2 as pb
-from tests.data_plane.grpc.serving import GrpcServing, serving
+from tests.data_plane.grpc.serving import GrpcServing, limits_under_test, serving
 from tests.models import write_onnx_add_sub
 
 CALL_TIMEOUT_S = 60.0
@@ -24,7 +23,9 @@ SERVICE = "/inference.GRPCInferenceService/"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrpcServing]:
     repo = tmp_path_factory.mktemp("repo")
     write_onnx_add_sub(repo, "add_sub", dtype="FP32", dims=(-1,), max_batch_size=8)
-    settings = GrpcLimits(grpc_max_receive_bytes=MAX_RECEIVE_BYTES, grpc_stream_max_in_flight=2)
+    settings = limits_under_test(
+        grpc_max_receive_bytes=MAX_RECEIVE_BYTES, grpc_stream_max_in_flight=2
+    )
     with serving(repo, tmp_path_factory.mktemp("cache"), settings, load_models=("*",)) as running:
         yield running
 

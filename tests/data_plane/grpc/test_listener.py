@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from data_plane.grpc.server import check_port, grpc_listener
-from foundation.grpc_limits import GrpcLimits
 from foundation.proto import grpc_service_pb2 as pb
 from foundation.serving import ServerStartError
+from tests.data_plane.grpc.serving import limits_under_test
 from tests.data_plane.server_app import data_plane_core
 from tests.models import write_onnx_add_sub
 from tests.triton_oracle import free_ports
@@ -41,7 +41,11 @@ async def test_serves_on_its_port_until_left(repo: Path, tmp_path: Path) -> None
     [port] = free_ports(1)
     async with data_plane_core(repo, tmp_path / "cache", load_models=("add_sub",)) as core:
         async with grpc_listener(
-            lambda: core.handlers, GrpcLimits(), host="127.0.0.1", port=port, drain_timeout_s=5.0
+            lambda: core.handlers,
+            limits_under_test(),
+            host="127.0.0.1",
+            port=port,
+            drain_timeout_s=5.0,
         ) as bound:
             assert bound == port
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -76,7 +80,7 @@ async def test_a_port_in_use_is_refused(repo: Path, tmp_path: Path) -> None:
             with pytest.raises(ServerStartError, match="the gRPC server did not start"):
                 async with grpc_listener(
                     lambda: core.handlers,
-                    GrpcLimits(),
+                    limits_under_test(),
                     host="127.0.0.1",
                     port=port,
                     drain_timeout_s=1.0,
@@ -93,7 +97,7 @@ async def test_leaving_lets_a_call_in_flight_finish(repo: Path, tmp_path: Path) 
         async def listen() -> None:
             async with grpc_listener(
                 lambda: core.handlers,
-                GrpcLimits(),
+                limits_under_test(),
                 host="127.0.0.1",
                 port=port,
                 drain_timeout_s=30.0,

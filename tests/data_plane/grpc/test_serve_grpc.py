@@ -1,6 +1,6 @@
-"""``zeroserve serve --grpc-port``, a real process: tritonclient.grpc answered beside HTTP,
-one shared-memory registry, trace manager and log control for both, and a clean stop on
-SIGTERM that frees the port."""
+"""``zeroserve serve --grpc-port`` (on each ``--grpc-frontend``), a real process:
+tritonclient.grpc answered beside HTTP, one shared-memory registry, trace manager and log
+control for both, and a clean stop on SIGTERM that frees the port."""
 
 from __future__ import annotations
 
@@ -40,11 +40,14 @@ def wait_ready(client: object) -> None:
         time.sleep(0.1)
 
 
-def test_serve_answers_grpc_and_stops_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.parametrize("frontend", ["aio", "h2corn"])
+def test_serve_answers_grpc_and_stops_on_sigterm(tmp_path: Path, frontend: str) -> None:
     repo = tmp_path / "repo"
     write_onnx_add_sub(repo, "simple", dtype="INT32", dims=(16,), max_batch_size=8)
     [grpc_port] = free_ports(1)
-    server = start_server(repo, tmp_path, "--grpc-port", str(grpc_port))
+    server = start_server(
+        repo, tmp_path, "--grpc-port", str(grpc_port), "--grpc-frontend", frontend
+    )
     key = f"/zs-serve-grpc-{uuid.uuid4().hex[:8]}"
     region = shm.create_shared_memory_region("inputs", key, 128)
     try:

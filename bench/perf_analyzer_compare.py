@@ -1,0 +1,234 @@
+"""zeroserve against real Triton 2.51 as Triton users measure servers: with Triton's own
+``perf_analyzer`` 2.51 (:mod:`bench.perf_analyzer`), over HTTP and gRPC.
+
+The model is :mod:`bench.python_backend`'s light MLP (ONNX Runtime inside ``model.py``):
+
+(a) ``zeroserve_triton``: Triton's contract, in a zeroserve stub process;
+(b) ``zeroserve_inprocess``: zeroserve's dict contract, in the server's process;
+(c) ``zeroserve_onnx``: the same ONNX file on zeroserve's native ONNX Runtime path;
+(d) ``triton``: the same ``model.py`` as (a) in Triton 2.51's Python backend.
+
+Batch-1 requests (perf_analyzer's binary tensors over HTTP), sync mode unless ``--async``;
+for each repeat, protocol and concurrency the contenders run one after the other in an
+order rotated by the repeat, so that drifting machine load hits each the same; the tables
+give the medians of the repeats, with the load average beside each point.
+
+    python -m bench.perf_analyzer_compare --repeats 3 \
+        --output bench/results/<UTC>-vm-perf_analyzer.json
+    python -m bench.perf_analyzer_compare --quick   # one short round: the script works
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Final
+
+from bench.perf_analyzer import Protocol, perf_analyzer_install, run_point
+from bench.python_backend import (
+    MAX_BATCH_SIZE,
+    SPEC,
+    add_run_arguments,
+    contenders,
+    has_triton,
+    onnxruntime_for_triton,
+    write_output,
+)
+from bench.server import free_port
+
+CONTENDERS: Final = ("zeroserve_triton", "zeroserve_inprocess", "zeroserve_onnx", "triton")
+MODELS: Final = {
+    "zeroserve_triton": "mlp_triton",
+    "zeroserve_inprocess": "mlp_inprocess",
+    "zeroserve_onnx": "mlp_onnx",
+    "triton": "mlp_triton",
+}
+PROTOCOLS: Final[tuple[Protocol, ...]] = ("http", "grpc")
+
+
+@dataclass(frozen=True)
+class ComparePoint:
+    contender: str
+    protocol: str
+    concurrency: int
+    repeat: int
+    infer_per_s: float
+    p50_us: float
+    p99_us: float
+    load_average: float
+
+
+def write_onnx_model(repository: Path) -> None:
+    """``mlp_onnx``: the ONNX file of ``mlp_triton`` on zeroserve's ONNX Runtime path."""
+    folder = repository / "mlp_onnx"
+    (folder / "1").mkdir(parents=True)
+    shutil.copy(repository / "mlp_triton" / "1" / "model.onnx", folder / "1" / "model.onnx")
+    (folder / "config.pbtxt").write_text(
+        f'name: "mlp_onnx"\nbackend: "onnxruntime"\nmax_batch_size: {MAX_BATCH_SIZE}\n'
+        f'input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {SPEC.input_size} ] }} ]\n'
+        f'output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {SPEC.output_size} ] }} ]\n'
+        "instance_group [ { count: 1 kind: KIND_CPU } ]\ndynamic_batching { }\n"
+    )
+
+
+def rotated(items: Sequence[str], by: int) -> list[str]:
+    """``items`` starting at index ``by`` (modulo its length)."""
+    shift = by % len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+def run(args: argparse.Namespace) -> list[ComparePoint]:
+    install = perf_analyzer_install()
+    if isinstance(install, str):
+        raise SystemExit(f"perf_analyzer cannot run here: {install}")
+    with tempfile.TemporaryDirectory(prefix="zeroserve-bench-pa-") as tmp:
+        folder = Path(tmp)
+        zs_grpc, triton_grpc = free_port(), free_port()
+        servers = contenders(
+            folder,
+            args.triton_root,
+            zeroserve_options=["--grpc-port", str(zs_grpc), "--load-model", "mlp_onnx"],
+            triton_options=[f"--grpc-port={triton_grpc}"],
+        )
+        write_onnx_model(folder / "repo")
+        http = {
+            "zeroserve": f"127.0.0.1:{servers.zeroserve.port}",
+            "triton": f"127.0.0.1:{servers.triton.port}",
+        }
+        grpc = {"zeroserve": f"127.0.0.1:{zs_grpc}", "triton": f"127.0.0.1:{triton_grpc}"}
+        points: list[ComparePoint] = []
+        with onnxruntime_for_triton(folder / "ort"), servers.zeroserve, servers.triton:
+            for repeat in range(args.repeats):
+                for protocol in PROTOCOLS:
+                    for concurrency in args.concurrency:
+                        for key in rotated(CONTENDERS, repeat):
+                            server = "triton" if key == "triton" else "zeroserve"
+                            url = (http if protocol == "http" else grpc)[server]
+                            measured = run_point(
+                                install,
+                                model=MODELS[key],
+                                url=url,
+                                protocol=protocol,
+                                concurrency=concurrency,
+                                measurement_interval_ms=args.interval_ms,
+                                request_count=args.request_count,
+                                is_async=args.is_async,
+                                extra=[
+                                    "--max-trials",
+                                    str(args.max_trials),
+                                    "--stability-percentage",
+                                    str(args.stability_percentage),
+                                ],
+                            )
+                            point = ComparePoint(
+                                key,
+                                protocol,
+                                concurrency,
+                                repeat,
+                                measured.infer_per_s,
+                                measured.p50_us,
+                                measured.p99_us,
+                                os.getloadavg()[0],
+                            )
+                            points.append(point)
+                            print(
+                                f"repeat {repeat} {protocol:<4} c={concurrency:<3} {key:<20} "
+                                f"{point.infer_per_s:9.1f} infer/s p50 {point.p50_us / 1000:.2f} "
+                                f"p99 {point.p99_us / 1000:.2f} ms (load {point.load_average:.2f})",
+                                flush=True,
+                            )
+                            time.sleep(args.pause_s)
+        return points
+
+
+def table(points: Sequence[ComparePoint], concurrency: Sequence[int]) -> str:
+    """Medians per protocol and concurrency: infer/s (p50 / p99 ms), and each zeroserve
+    contender's infer/s over Triton's."""
+    rows = [
+        "| protocol | c | "
+        + " | ".join(CONTENDERS)
+        + " | "
+        + " | ".join(f"{key}/triton" for key in CONTENDERS[:-1])
+        + " |",
+        "| --- | --- |" + " --- |" * (2 * len(CONTENDERS) - 1),
+    ]
+    for protocol in PROTOCOLS:
+        for c in concurrency:
+            cells, rates = [], {}
+            for key in CONTENDERS:
+                chosen = [
+                    p
+                    for p in points
+                    if p.contender == key and p.protocol == protocol and p.concurrency == c
+                ]
+                if not chosen:
+                    cells.append("")
+                    continue
+                rate = statistics.median(p.infer_per_s for p in chosen)
+                p50 = statistics.median(p.p50_us for p in chosen) / 1000
+                p99 = statistics.median(p.p99_us for p in chosen) / 1000
+                rates[key] = rate
+                cells.append(f"{rate:,.0f} ({p50:.2f} / {p99:.2f})")
+            triton = rates.get("triton")
+            ratios = [
+                f"{rates[key] / triton:.2f}" if triton and key in rates else ""
+                for key in CONTENDERS[:-1]
+            ]
+            rows.append(f"| {protocol} | {c} | " + " | ".join([*cells, *ratios]) + " |")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64])
+    add_run_arguments(parser)
+    parser.add_argument("--interval-ms", type=int, default=3000, help="perf_analyzer's window")
+    parser.add_argument("--max-trials", type=int, default=5, help="windows until stable")
+    parser.add_argument(
+        "--stability-percentage",
+        type=float,
+        default=25.0,
+        help="how far three windows may differ to count as stable (perf_analyzer's default "
+        "10 is rarely met on a shared 2-core machine)",
+    )
+    parser.add_argument("--async", dest="is_async", action="store_true")
+    parser.add_argument(
+        "--quick", action="store_true", help="c=1, one repeat, 100 requests a point"
+    )
+    parser.add_argument("--output", type=Path, help="write every point and the table as JSON")
+    args = parser.parse_args(argv)
+    args.request_count = None
+    if args.quick:
+        args.concurrency, args.repeats, args.request_count, args.pause_s = [1], 1, 100, 0.0
+    if not has_triton(args):
+        return 2
+    load_before = os.getloadavg()[0]
+    points = run(args)
+    text = table(points, args.concurrency)
+    print(text)
+    print(f"load average before {load_before:.2f}, after {os.getloadavg()[0]:.2f}")
+    if args.output is not None and not args.quick:
+        write_output(
+            args.output,
+            {
+                "client": "perf_analyzer 2.51.0",
+                "mode": "async" if args.is_async else "sync",
+                "points": [asdict(p) for p in points],
+                "table": text,
+                "load_average_before": load_before,
+                "cpu_count": os.cpu_count(),
+            },
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
