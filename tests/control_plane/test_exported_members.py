@@ -50,6 +50,8 @@ EXPORTS = {
         "KeyLimitsSpec",
         "KeyList",
         "KeyView",
+        "create",
+        "key_view",
         "routes",
     },
     "control_plane.keys": {"KeyService"},

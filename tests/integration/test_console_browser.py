@@ -1,8 +1,9 @@
 """The web console in a real browser (Debian's chromium, driven by selenium through
 chromedriver) against a real ``zeroserve up``: log in, register a model, watch its
-activation live, call it, see its request count and timeline move, change its scaling,
-delete it; a wrong token and a change without the CSRF token are refused. Screenshots of
-each page go to ``test-artifacts/console/``."""
+activation live, call it (API keys on, as by default), see its request count, GPU-seconds
+and timeline move, create an API key in the console, call the model with it, revoke it and
+see the call refused, change its scaling, delete it; a wrong token and a change without the
+CSRF token are refused. Screenshots of each page go to ``test-artifacts/console/``."""
 
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
         tmp_path_factory.mktemp("console"),
         "console",
         ZEROSERVE_CONTROL_PLANE_FOLLOW_POLL_S="0.2",
+        ZEROSERVE_CONTROL_PLANE_USAGE_FLUSH_S="0",
+        # Keys on, as by default: the model calls send one, as a user's would.
+        ZEROSERVE_ACTIVATOR_AUTH="keys",
     )
     try:
         yield running
@@ -117,8 +121,31 @@ def log_in(browser: WebDriver, platform: Platform, token: str) -> None:
     submit(browser, "login")
 
 
+def create_key(platform: Platform) -> str:
+    """A key for every model, made through the admin API."""
+    with httpx.Client(timeout=WAIT_S) as http:
+        created = http.post(
+            f"{platform.admin}/admin/v1/keys",
+            json={"name": "console-test"},
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+    assert created.status_code == 201, created.text
+    key: str = created.json()["key"]
+    return key
+
+
+def infer(platform: Platform, model: str, key: str) -> httpx.Response:
+    with httpx.Client(timeout=WAIT_S) as http:
+        return http.post(
+            f"{platform.public}/v2/models/{model}/infer",
+            json=INPUT,
+            headers={"Authorization": f"Bearer {key}"},
+        )
+
+
 def test_the_console_from_login_to_delete(platform: Platform, browser: WebDriver):
     admin = platform.admin
+    key = create_key(platform)
     # Without a session every page sends the browser to the login form.
     browser.get(f"{admin}/console/models")
     assert browser.current_url.endswith("/console/login")
@@ -174,20 +201,27 @@ def test_the_console_from_login_to_delete(platform: Platform, browser: WebDriver
     assert len(bars) >= 3  # worker start, fetch, engine build, publish
     shot(browser, "model-loaded")
 
-    with httpx.Client(timeout=WAIT_S) as http:
-        assert http.post(f"{platform.public}/v2/models/slow-console/infer", json=INPUT).is_success
+    assert infer(platform, "slow-console", key).is_success
     browser.get(f"{admin}/console/models")
     row = "tr[data-model='slow-console']"
     assert text_of(browser, f"{row} .requests-hour") == "1"
     assert text_of(browser, f"{row} .cold-hour") == "0"
+
+    # The replica's time so far (its load at least) shows as GPU-seconds, once the reaper
+    # has written the model's usage.
+    def gpu_seconds() -> float:
+        browser.get(f"{admin}/console/models")
+        return float(text_of(browser, f"{row} .gpu-hour").split()[0])
+
+    until("GPU-seconds", lambda: gpu_seconds() > 0)
+    assert "loading" in text_of(browser, f"{row} .gpu-day")
     shot(browser, "models")
 
     # Unloaded, the next request is a cold start: a second timeline, counted as one.
     browser.get(f"{admin}/console/models/slow-console")
     submit(browser, "unload")
     until("the unload", lambda: "unloaded slow-console" in text_of(browser, ".msg"))
-    with httpx.Client(timeout=WAIT_S) as http:
-        assert http.post(f"{platform.public}/v2/models/slow-console/infer", json=INPUT).is_success
+    assert infer(platform, "slow-console", key).is_success
     browser.get(f"{admin}/console/models/slow-console")
     articles = browser.find_elements(By.CSS_SELECTOR, "article.activation")
     assert len(articles) == 2 and "request" in articles[0].text
@@ -198,9 +232,28 @@ def test_the_console_from_login_to_delete(platform: Platform, browser: WebDriver
     browser.get(f"{admin}/console/workers")
     assert "slow-console" in text_of(browser, "#workers")
     shot(browser, "workers")
+    # A key made in the console, shown once, calls the model until it is revoked there.
     browser.get(f"{admin}/console/keys")
-    assert text_of(browser, "#keys-pending").startswith("Not available yet")
+    assert "console-test" in text_of(browser, "#keys")
+    browser.find_element(By.ID, "key-name").send_keys("from-the-console")
+    browser.find_element(By.ID, "key-models").send_keys("slow-console")
+    submit(browser, "key-submit")
+    until("the new key", lambda: bool(browser.find_elements(By.ID, "new-key")))
+    console_key = text_of(browser, "#new-key")
+    assert console_key.startswith("zs_")
+    shot(browser, "keys-created")
+    assert infer(platform, "slow-console", console_key).is_success
+    browser.get(f"{admin}/console/keys")
+    assert console_key not in browser.page_source  # shown once only
+    key_row = f"tr[data-key='{console_key.split('_')[1]}']"
+    assert text_of(browser, f"{key_row} .key-state") == "active"
+    browser.find_element(By.CSS_SELECTOR, f"{key_row} button.revoke").click()
+    until("the confirmation", lambda: _alert(browser)).accept()
+    until("the revocation", lambda: "revoked key" in text_of(browser, ".msg"))
+    assert text_of(browser, f"{key_row} .key-state") == "revoked"
     shot(browser, "keys")
+    until("the refusal", lambda: infer(platform, "slow-console", console_key).status_code == 401)
+    assert infer(platform, "slow-console", key).is_success
 
     browser.get(f"{admin}/console/models/slow-console")
     field = browser.find_element(By.ID, "max-replicas")

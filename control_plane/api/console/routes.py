@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from control_plane.api import schemas
+from control_plane.api import keys as api_keys, schemas
 from control_plane.api.console import timeline
 from control_plane.api.console.guard import COOKIE
 from control_plane.api.console.session import SessionKeys
@@ -29,6 +29,7 @@ from control_plane.api.console.stats import RequestHistory, Window
 from control_plane.api.routes import follow_response
 from control_plane.api.service import AdminService
 from control_plane.errors import SchemaValidationError
+from control_plane.keys import KeyService
 from foundation.errors import ZeroserveError
 
 __all__ = ["ConsoleState", "console_routes"]
@@ -173,9 +174,17 @@ async def models_page(request: Request) -> Response:
             )
             for label, span in _WINDOWS
         }
+    usage = {
+        model.name: {
+            label: (await service.usage(model.name, start=now - span, end=now)).replica_seconds
+            for label, span in _WINDOWS
+        }
+        for model in models
+    }
     return _page(
         request,
         "models.html",
+        usage=usage,
         models=models,
         windows=windows,
         has_metrics=history is not None,
@@ -297,8 +306,64 @@ async def workers_page(request: Request) -> Response:
     return _page(request, "workers.html", workers=workers, used=used)
 
 
-async def keys_page(request: Request) -> Response:
-    return _page(request, "keys.html")
+def _key_service(request: Request) -> KeyService:
+    service: KeyService = request.state.keys
+    return service
+
+
+async def keys_page(request: Request, created: api_keys.KeyCreated | None = None) -> Response:
+    service = _key_service(request)
+    listed = [api_keys.key_view(service, record) for record in await service.list()]
+    listed.sort(key=lambda view: view.created_at, reverse=True)
+    return _page(request, "keys.html", keys=listed, created=created)
+
+
+async def create_key(request: Request) -> Response:
+    """The new key is in this one answer's page, never in a URL: it is not redirected."""
+    try:
+        fields = await _form(request)
+    except _CsrfError as exc:
+        return _refused(exc)
+    try:
+        body = _validate(api_keys.KeyCreate, _key_fields(fields), request)
+        created = await api_keys.create(_key_service(request), body)
+    except ZeroserveError as exc:
+        return _back("/console/keys", error=exc.message)
+    return await keys_page(request, created)
+
+
+def _key_fields(fields: dict[str, str]) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": fields.get("name", "").strip()}
+    models = [m.strip() for m in fields.get("models", "").split(",") if m.strip()]
+    if models:
+        doc["models"] = models
+    days = fields.get("expires_in_days", "").strip()
+    if days:
+        try:
+            doc["expires_in_s"] = float(days) * 86400.0
+        except ValueError:
+            raise SchemaValidationError(errors=[("expires_in_days", "not a number")]) from None
+    limits = {
+        name: fields[name].strip()
+        for name in ("requests_per_s", "max_in_flight", "activations_per_hour")
+        if fields.get(name, "").strip()
+    }
+    if limits:
+        doc["limits"] = limits
+    return doc
+
+
+async def revoke_key(request: Request) -> Response:
+    key_id = request.path_params["key_id"]
+    try:
+        await _form(request)
+    except _CsrfError as exc:
+        return _refused(exc)
+    try:
+        await _key_service(request).revoke(key_id)
+    except ZeroserveError as exc:
+        return _back("/console/keys", error=exc.message)
+    return _back("/console/keys", msg=f"revoked key {key_id}")
 
 
 def console_routes() -> list[BaseRoute]:
@@ -314,6 +379,8 @@ def console_routes() -> list[BaseRoute]:
         Route("/console/models/{name}/{action}", model_action, methods=["POST"]),
         Route("/console/workers", workers_page, methods=["GET"]),
         Route("/console/keys", keys_page, methods=["GET"]),
+        Route("/console/keys", create_key, methods=["POST"]),
+        Route("/console/keys/{key_id}/revoke", revoke_key, methods=["POST"]),
         Mount("/console/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
 

@@ -51,6 +51,8 @@ async def test_without_an_activator_the_request_columns_say_not_available(api: A
     assert page.status_code == 200
     assert page.headers["cache-control"] == "no-store"
     assert "not available: no activator in this process" in page.text
+    # GPU-seconds come from the usage the control plane records, activator or not.
+    assert 'class="gpu-hour"' in page.text and "0 serving" in page.text
     # No inline script or style anywhere: the CSP would block it.
     assert not re.search(r"<script(?![^>]*\bsrc=)", page.text)
     assert " style=" not in page.text and "<style" not in page.text
@@ -83,3 +85,42 @@ async def test_load_from_the_console_returns_at_once_and_the_load_goes_on(api: A
         "/console/models/m/explode", data={"csrf": csrf.group(1)}, headers=cookie
     )
     assert unknown.status_code == 404
+
+
+async def test_keys_are_made_shown_once_and_revoked_through_the_admin_apis_keys(api: Api):
+    cookie = await log_in(api)
+    page = await api.client.get("/console/keys", headers=cookie)
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text)
+    assert csrf is not None
+    form = {"name": "team-a", "models": "m, n-*", "requests_per_s": "5"}
+    refused = await api.client.post("/console/keys", data=form, headers=cookie)
+    assert refused.status_code == 403
+    created = await api.client.post(
+        "/console/keys", data={**form, "csrf": csrf.group(1)}, headers=cookie
+    )
+    assert created.status_code == 200
+    shown = re.search(r'<pre id="new-key">(zs_([0-9a-z]+)_\w+)</pre>', created.text)
+    assert shown is not None
+    key, key_id = shown.groups()
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    (listed,) = (await api.client.get("/admin/v1/keys", headers=auth)).json()["keys"]
+    assert listed["id"] == key_id and listed["models"] == ["m", "n-*"]
+    assert listed["limits"]["requests_per_s"] == 5 and listed["state"] == "active"
+    again = await api.client.get("/console/keys", headers=cookie)
+    assert key_id in again.text and key not in again.text
+
+    revoked = await api.client.post(
+        f"/console/keys/{key_id}/revoke", data={"csrf": csrf.group(1)}, headers=cookie
+    )
+    assert revoked.status_code == 303
+    assert revoked.headers["location"] == f"/console/keys?msg=revoked+key+{key_id}"
+    state = (await api.client.get(f"/admin/v1/keys/{key_id}", headers=auth)).json()["state"]
+    assert state == "revoked"
+    unknown = await api.client.post(
+        "/console/keys/nope/revoke", data={"csrf": csrf.group(1)}, headers=cookie
+    )
+    assert unknown.status_code == 303 and "error=" in unknown.headers["location"]
+    invalid = await api.client.post(
+        "/console/keys", data={"name": "", "csrf": csrf.group(1)}, headers=cookie
+    )
+    assert invalid.status_code == 303 and "error=" in invalid.headers["location"]
