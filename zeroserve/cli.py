@@ -1002,7 +1002,12 @@ def build_parser() -> argparse.ArgumentParser:
 def _simulate(args: argparse.Namespace) -> int:
     from zeroserve.simulate import main
 
-    return main(args)
+    admin = None
+    if args.load_times_from_api:
+        admin = admin_settings(args, "zeroserve simulate --load-times-from-api")
+        if admin is None:
+            return 2
+    return main(args, admin=admin)
 
 
 def _bench(args: argparse.Namespace) -> int:

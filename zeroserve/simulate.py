@@ -5,6 +5,10 @@ CSV, replays it on a simulated clock through the control plane's own policy func
 (``control_plane.keepalive``), and prints per policy the cold-start rate, the latency cold
 starts add, and the GPU time held idle and spent loading as a share of always-on; with
 ``--plot``, cold starts against GPU time, one curve per policy family.
+
+Load times: ``--load-s`` for every model, ``--load-times`` per model from a file, or, with
+``--load-times-from-api``, each registered model's median measured cold start (the
+activation timelines' ``durations_s.total``) read from the admin API.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foundation.output import emit
+
 if TYPE_CHECKING:
     # Imported where used: building the command line must stay cheap (numpy).
     from control_plane.keepalive.policies import KeepAlivePolicy
     from control_plane.keepalive.replay import PolicyResult
     from control_plane.keepalive.traces import ModelTrace
+    from control_plane.settings import AdminClientSettings
 
 __all__ = [
     "FIXED_KEEP_ALIVES_S",
@@ -30,6 +37,7 @@ __all__ = [
     "default_policies",
     "load_trace",
     "main",
+    "median_load_s",
     "plot",
     "result_json",
     "table",
@@ -104,6 +112,24 @@ def add_simulate_parser(
         help="JSON object of model name -> load seconds (others get --load-s)",
     )
     parser.add_argument(
+        "--load-times-from-api",
+        action="store_true",
+        help="each model's median measured load time from the admin API's activation "
+        "timelines (models never activated get --load-times or --load-s)",
+    )
+    parser.add_argument(
+        "--url",
+        default=None,
+        help="with --load-times-from-api: the admin API (default: ZEROSERVE_ADMIN_URL, else "
+        "the one `zeroserve login` or `zeroserve up` stored)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="with --load-times-from-api: the admin token (default: ZEROSERVE_ADMIN_TOKEN, "
+        "else the one stored for the URL)",
+    )
+    parser.add_argument(
         "--hold-s", type=float, default=5.0, help="how long each request holds a replica"
     )
     parser.add_argument(
@@ -120,9 +146,9 @@ def add_simulate_parser(
     parser.add_argument(
         "-o",
         "--output",
-        choices=["table", "json"],
+        choices=["table", "json", "yaml"],
         default="table",
-        help="table: one Markdown row per policy; json: every figure, for scripts",
+        help="table: one Markdown row per policy; json or yaml: every figure, for scripts",
     )
     parser.add_argument(
         "--log-level",
@@ -146,13 +172,23 @@ def load_trace(path: Path, *, fmt: str, hold_s: float, seed: int) -> list[ModelT
     return read_plain_csv(path, hold_s=hold_s)
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, *, admin: AdminClientSettings | None = None) -> int:
+    """Run the command; ``admin`` is where ``--load-times-from-api`` reads (required then)."""
     started = time.process_time(), time.perf_counter()
     try:
         traces = load_trace(args.trace, fmt=args.format, hold_s=args.hold_s, seed=args.seed)
         load: float | dict[str, float] = args.load_s
+        given: dict[str, float] = {}
         if args.load_times is not None:
             given = json.loads(args.load_times.read_text(encoding="utf-8"))
+        if args.load_times_from_api:
+            if admin is None:
+                raise ValueError("--load-times-from-api: no admin API settings")
+            measured = _measured_load_times(admin, [t.name for t in traces])
+            if measured is None:
+                return 2
+            given = {**given, **measured}
+        if given:
             load = {t.name: float(given.get(t.name, args.load_s)) for t in traces}
     except (OSError, ValueError) as exc:
         print(f"zeroserve simulate: {exc}", file=sys.stderr)
@@ -170,19 +206,16 @@ def main(args: argparse.Namespace) -> int:
     )
     cpu_s = time.process_time() - started[0]
     wall_s = time.perf_counter() - started[1]
-    if args.output == "json":
-        json.dump(
-            {
-                "models": sum(1 for t in traces if t.requests),
-                "requests": sum(t.requests for t in traces),
-                "cpu_s": cpu_s,
-                "wall_s": wall_s,
-                "policies": [r.summary() for r in results],
-            },
-            sys.stdout,
-            indent=2,
-        )
-        print()
+    if args.output in ("json", "yaml"):
+        doc = {
+            "models": sum(1 for t in traces if t.requests),
+            "requests": sum(t.requests for t in traces),
+            "load_s": load,
+            "cpu_s": cpu_s,
+            "wall_s": wall_s,
+            "policies": [r.summary() for r in results],
+        }
+        emit(doc, (), args.output)
     else:
         print(table(results))
         print(
@@ -193,6 +226,63 @@ def main(args: argparse.Namespace) -> int:
     if args.plot is not None:
         plot(results, args.plot, title=str(args.trace.name))
     return 0
+
+
+def median_load_s(timelines: Sequence[dict[str, Any]]) -> float | None:
+    """The median time to ready (``durations_s.total``) over a model's activations that
+    loaded it (outcome ``ready``: a revived or woken replica did not load), or None when
+    none did. The reaper reads the same field for its plans."""
+    import statistics
+
+    totals = [
+        float(total)
+        for t in timelines
+        if t.get("outcome") == "ready"
+        and isinstance(total := (t.get("durations_s") or {}).get("total"), (int, float))
+        and total >= 0
+    ]
+    return statistics.median(totals) if totals else None
+
+
+def _measured_load_times(
+    settings: AdminClientSettings, names: Sequence[str]
+) -> dict[str, float] | None:
+    """Median measured load time of each trace model registered with the admin API; None
+    (after saying why on stderr) when the API cannot be asked."""
+    import httpx
+
+    from control_plane.api.client import AdminApiError, AdminClient
+
+    where = "zeroserve simulate --load-times-from-api"
+    if settings.token is None:
+        print(
+            f"{where}: no admin token for {settings.url}: run `zeroserve login`, or pass "
+            "--token or set ZEROSERVE_ADMIN_TOKEN",
+            file=sys.stderr,
+        )
+        return None
+    from urllib.parse import quote
+
+    client = AdminClient(settings)
+    measured: dict[str, float] = {}
+    try:
+        registered = {m["name"] for m in client.call("GET", "/models")["models"]}
+        for name in names:
+            if name not in registered:
+                continue
+            doc = client.call("GET", f"/models/{quote(name, safe='')}/activations")
+            median = median_load_s(doc.get("activations") or [])
+            if median is not None:
+                measured[name] = median
+    except AdminApiError as exc:
+        print(f"{where}: {settings.url} answered {exc}", file=sys.stderr)
+        return None
+    except httpx.HTTPError as exc:
+        print(f"{where}: cannot reach the admin API at {settings.url} ({exc})", file=sys.stderr)
+        return None
+    finally:
+        client.close()
+    return measured
 
 
 def table(results: Sequence[PolicyResult]) -> str:

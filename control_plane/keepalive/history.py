@@ -3,8 +3,9 @@
 An idle time is the gap between the end of a model's last request (nothing in flight) and
 the arrival of its next one. Memory is bounded by the bin edges, whatever the traffic; old
 observations fade with ``half_life_s`` so a model whose pattern drifts is judged by its
-recent past. Gaps beyond the last edge land in an overflow count. Pure values: every
-update returns a new history.
+recent past. Gaps beyond the last edge land in an overflow count. A history made with
+``keep_recent`` also keeps that many of the latest idle times in order (for a time-series
+forecast). Pure values: every update returns a new history.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ class IdleHistory:
     """Clock reading the counts are decayed to; None: never updated."""
     half_life_s: float = 0.0
     """Counts halve every this many seconds; 0: they never decay."""
+    recent: tuple[float, ...] = ()
+    """The latest idle times, oldest first, at most ``keep_recent`` of them (undecayed)."""
+    keep_recent: int = 0
+    """How many of the latest idle times ``recent`` keeps; 0: none."""
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, IdleHistory):
@@ -61,19 +66,25 @@ class IdleHistory:
             and np.array_equal(self.counts, other.counts)
             and (self.overflow, self.requests, self.updated_at, self.half_life_s)
             == (other.overflow, other.requests, other.updated_at, other.half_life_s)
+            and (self.recent, self.keep_recent) == (other.recent, other.keep_recent)
         )
 
     __hash__ = None  # type: ignore[assignment]
 
     @classmethod
-    def empty(cls, edges: Sequence[float], *, half_life_s: float = 0.0) -> Self:
+    def empty(
+        cls, edges: Sequence[float], *, half_life_s: float = 0.0, keep_recent: int = 0
+    ) -> Self:
         steps = np.diff(np.asarray(edges, dtype=np.float64))
         if len(edges) < 2 or edges[0] != 0.0 or bool(np.any(steps <= 0)):
             raise ValueError("edges must start at 0 and increase")
+        if keep_recent < 0:
+            raise ValueError("keep_recent must be >= 0")
         return cls(
             edges=tuple(float(e) for e in edges),
             counts=np.zeros(len(edges) - 1),
             half_life_s=half_life_s,
+            keep_recent=keep_recent,
         )
 
     @property
@@ -93,6 +104,8 @@ class IdleHistory:
             requests=self.requests * factor,
             updated_at=now,
             half_life_s=self.half_life_s,
+            recent=self.recent,
+            keep_recent=self.keep_recent,
         )
 
     def observe(
@@ -116,6 +129,10 @@ class IdleHistory:
         index = np.searchsorted(self.edges, np.maximum(idle, 0.0), side="right") - 1
         inside = index < len(self.counts)
         added = np.bincount(index[inside], weights[inside], minlength=len(self.counts))
+        recent = self.recent
+        if self.keep_recent:
+            latest = np.maximum(idle[-self.keep_recent :], 0.0).tolist()
+            recent = (*recent, *latest)[-self.keep_recent :]
         return type(self)(
             edges=self.edges,
             counts=base.counts + added,
@@ -123,6 +140,8 @@ class IdleHistory:
             requests=base.requests + float(requests),
             updated_at=at,
             half_life_s=self.half_life_s,
+            recent=recent,
+            keep_recent=self.keep_recent,
         )
 
     def arrays(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -137,6 +156,8 @@ class IdleHistory:
             "requests": self.requests,
             "updated_at": self.updated_at,
             "half_life_s": self.half_life_s,
+            "recent": list(self.recent),
+            "keep_recent": self.keep_recent,
         }
 
     @classmethod
@@ -148,6 +169,8 @@ class IdleHistory:
             requests=float(doc.get("requests", 0.0)),
             updated_at=doc.get("updated_at"),
             half_life_s=float(doc.get("half_life_s", 0.0)),
+            recent=tuple(float(v) for v in doc.get("recent", ())),
+            keep_recent=int(doc.get("keep_recent", 0)),
         )
 
     def _factor(self, now: float) -> float:

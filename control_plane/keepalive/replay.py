@@ -305,7 +305,7 @@ def _reads_history(policy: KeepAlivePolicy) -> bool:
 
 def _history_key(policy: KeepAlivePolicy) -> tuple[object, ...]:
     empty = policy.new_history()
-    key: tuple[object, ...] = (type(policy), empty.edges, empty.half_life_s)
+    key: tuple[object, ...] = (type(policy), empty.edges, empty.half_life_s, empty.keep_recent)
     if isinstance(policy, AdaptivePolicy):
         key += (policy.min_gaps, policy.fallback_keep_alive_s)
     return key

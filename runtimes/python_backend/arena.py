@@ -51,6 +51,8 @@ class Arena:
         self.limit_bytes = limit_bytes
         self._size = os.fstat(fd).st_size
         self._map = mmap.mmap(fd, self._size) if self._size else None
+        # Sliced for every block: one view of the mapping, not a new one per block.
+        self._bytes = memoryview(self._map) if self._map is not None else None
         # Free ranges as offset -> length, kept coalesced; only the writer uses them.
         self._free: dict[int, int] = {0: self._size} if self._size else {}
         self._used: dict[int, int] = {}
@@ -125,12 +127,13 @@ class Arena:
                 raise ValueError(
                     f"block [{offset}, {end}) lies outside the shared memory of {self._size} bytes"
                 )
-        assert self._map is not None
-        return memoryview(self._map)[offset:end]
+        assert self._bytes is not None
+        return self._bytes[offset:end]
 
     def close(self) -> None:
         """Close the fd and drop this side's mapping (views still held keep it alive)."""
         self._map = None
+        self._bytes = None
         self._free.clear()
         self._used.clear()
         if self.fd >= 0:
@@ -165,4 +168,5 @@ class Arena:
 
     def _remap(self, size: int) -> None:
         self._map = mmap.mmap(self.fd, size) if size else None
+        self._bytes = memoryview(self._map) if self._map is not None else None
         self._size = size

@@ -137,9 +137,10 @@ def checked(message: object) -> Message:
     return message
 
 
-def body_length(header: bytes) -> int:
-    """The body length a frame's header announces; ValueError past the bound."""
-    (length,) = HEADER.unpack(header)
+def body_length(header: bytes | bytearray) -> int:
+    """The body length a frame's header (the first bytes of ``header``) announces;
+    ValueError past the bound."""
+    (length,) = HEADER.unpack_from(header)
     if length > MAX_MESSAGE_BYTES:
         raise ValueError(f"stub message of {length} bytes exceeds {MAX_MESSAGE_BYTES}")
     return int(length)
@@ -158,7 +159,7 @@ class FrameBuffer:
         """The messages complete so far, in order; ValueError for a malformed frame."""
         data = self._data
         while len(data) >= HEADER.size:
-            end = HEADER.size + body_length(bytes(data[: HEADER.size]))
+            end = HEADER.size + body_length(data)
             if len(data) < end:
                 return
             body = bytes(data[HEADER.size : end])

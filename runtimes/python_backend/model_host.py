@@ -35,6 +35,7 @@ from runtimes.python_backend import messages, pb_utils, tensors
 from runtimes.python_backend.arena import Arena, ArenaFullError
 from runtimes.python_backend.messages import Message
 from runtimes.python_backend.native_threads import NativeThreads, is_time_to_look
+from runtimes.python_backend.pb_response import Tensor, datatype_of
 from runtimes.python_backend.stub_calls import ServerCalls
 from runtimes.python_backend.stub_channel import CLOSED, StubChannel
 
@@ -154,6 +155,8 @@ class ModelHost:
         self._deleted.append(handle)
 
     def _send_deleted(self) -> None:
+        if not self._deleted:
+            return
         handles = []
         with contextlib.suppress(IndexError):
             while True:
@@ -299,7 +302,9 @@ class ModelHost:
 
     def _request(self, execution: int, index: int, entry: Message) -> pb_utils.InferenceRequest:
         inputs = [
-            pb_utils.Tensor(descriptor["name"], tensors.read(self._inputs, descriptor))
+            Tensor.received(
+                descriptor["name"], tensors.read(self._inputs, descriptor), descriptor["datatype"]
+            )
             for descriptor in entry["inputs"]
         ]
         return pb_utils.InferenceRequest.received(
@@ -401,7 +406,9 @@ class ModelHost:
             if tensor.name() not in requested:
                 continue
             try:
-                descriptor = tensors.write(self._outputs, tensor.name(), tensor.as_numpy())
+                descriptor = tensors.write(
+                    self._outputs, tensor.name(), tensor.as_numpy(), datatype_of(tensor)
+                )
             except ArenaFullError as exc:
                 raise _BackendError(str(exc)) from None
             self._result_blocks.append(descriptor["offset"])

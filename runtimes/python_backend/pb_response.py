@@ -42,6 +42,16 @@ class Tensor:
         self._array = array
         self._datatype = datatype
 
+    @classmethod
+    def received(cls, name: str, array: np.ndarray, datatype: str) -> Tensor:
+        """A tensor read out of the arena: ``array`` is the reader's own copy and
+        ``datatype`` its Triton datatype, so the constructor's checks are skipped."""
+        tensor = cls.__new__(cls)
+        tensor._name = name
+        tensor._array = array
+        tensor._datatype = datatype
+        return tensor
+
     def name(self) -> str:
         return self._name
 
@@ -125,3 +135,9 @@ class InferenceResponse:
     def parameters(self) -> str:
         """The response's parameters as a JSON object text."""
         return self._parameters
+
+
+def datatype_of(tensor: Tensor) -> str:
+    """The Triton datatype ``tensor`` was built with (the stub writes it without asking
+    numpy again)."""
+    return tensor._datatype

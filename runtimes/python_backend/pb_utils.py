@@ -229,17 +229,24 @@ class InferenceRequest:
         flags: int,
         inputs: Sequence[Tensor],
     ) -> InferenceRequest:
-        """A request of execution ``execution`` (the stub builds these)."""
-        request = cls(
-            request_id,
-            correlation_id,
-            inputs=inputs,
-            requested_output_names=requested_output_names,
-            model_name=model_name,
-            flags=flags,
-            parameters=parameters,
-        )
+        """A request of execution ``execution`` (the stub builds these, one per request).
+
+        The server's fields are already what the constructor would make of them (text,
+        a list of names, parameters as JSON text), so they are set without its checks
+        and conversions: a few microseconds on every request.
+        """
+        request = cls.__new__(cls)
+        request._id = request_id
+        request._correlation_id = correlation_id
+        request._inputs = list(inputs)
+        request._requested = list(requested_output_names)
+        request._model_name = model_name
+        request._model_version = -1
+        request._flags = flags
+        request._timeout = 0
+        request._parameters = parameters
         request._execution, request._index = execution, index
+        request._sender = None
         return request
 
     def inputs(self) -> list[Tensor]:

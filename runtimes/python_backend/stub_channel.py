@@ -81,7 +81,12 @@ class StubChannel:
         self._channel = channel
         self._on_message = on_message
         self._send_lock = threading.Lock()
-        self._lock = threading.Condition()
+        # Taken directly (a plain lock's context manager is C; the Condition's is Python)
+        # and waited on through the Condition built on it.
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
+        # Threads waiting in the Condition: a reader that finds none notifies nobody.
+        self._followers = 0
         self._waiters: dict[int, Waiter] = {}
         self._ids = itertools.count(1)
         self._work: deque[Message] = deque()
@@ -99,7 +104,7 @@ class StubChannel:
     def ask(self, message: Message) -> tuple[int, Waiter]:
         """Send ``message`` with a new ``call`` id; its answers go to the waiter."""
         waiter = Waiter(self)
-        with self._lock:
+        with self._mutex:
             call = next(self._ids)
             if self._is_closed:
                 waiter.deliver(CLOSED)
@@ -110,7 +115,7 @@ class StubChannel:
 
     def forget(self, call: int) -> None:
         """No more answers are awaited for ``call``."""
-        with self._lock:
+        with self._mutex:
             self._waiters.pop(call, None)
 
     def wait_for(self, take: Callable[[], Message | None], timeout_s: float | None) -> Message:
@@ -120,7 +125,7 @@ class StubChannel:
         (None: no limit)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
-            with self._lock:
+            with self._mutex:
                 while True:
                     found = take()
                     if found is not None:
@@ -133,7 +138,11 @@ class StubChannel:
                     if not self._is_reading:
                         self._is_reading = True
                         break
-                    self._lock.wait(remaining)
+                    self._followers += 1
+                    try:
+                        self._lock.wait(remaining)
+                    finally:
+                        self._followers -= 1
             self._read_one()
 
     def _take_work(self) -> Message | None:
@@ -153,13 +162,14 @@ class StubChannel:
         if message is not None and message["kind"] not in MAIN_KINDS:
             if self._on_message is not None:
                 message = self._on_message(message)
-        with self._lock:
+        with self._mutex:
             self._is_reading = False
             if is_closed:
                 self._close()
             elif message is not None:
                 self._file(message)
-            self._lock.notify_all()
+            if self._followers:
+                self._lock.notify_all()
 
     def _file(self, message: Message) -> None:
         if message["kind"] in MAIN_KINDS:

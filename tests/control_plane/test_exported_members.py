@@ -184,6 +184,7 @@ EXPORTS = {
         "KeepAlivePolicy",
         "policy_for",
     },
+    "control_plane.keepalive.forecast": {"forecast_next"},
     "control_plane.keepalive.history": {"IdleHistory", "geometric_edges", "minute_edges"},
     "control_plane.keepalive.plan": {
         "KeepAlivePlan",

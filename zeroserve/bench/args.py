@@ -240,6 +240,14 @@ def add_bench_parser(
     bench.add_argument("--seed", type=int, default=0, help="seeds random inputs and arrivals")
     bench.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results")
     bench.add_argument(
+        "-o",
+        "--output",
+        choices=["table", "json", "yaml"],
+        default="table",
+        help="how to print the results: table (for people, the default), or json or yaml (the "
+        "document --json writes, for scripts)",
+    )
+    bench.add_argument(
         "--plot", type=Path, default=None, metavar="OUT.png", help="latency vs throughput PNG"
     )
     bench.add_argument(

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from foundation.output import emit
 from zeroserve.bench import report
 from zeroserve.bench.args import BenchConfig, config_from_args
 from zeroserve.bench.closed_loop import ClosedLoop
@@ -150,15 +151,21 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("zeroserve bench: interrupted", file=sys.stderr)
         return 130
-    print(report.table(run))
+    output = getattr(args, "output", "table")
+    if output == "table":
+        print(report.table(run))
+    else:
+        emit(report.to_json(run), (), output)
+    # With json or yaml on stdout, what else is said goes to stderr, so stdout parses.
+    notes = sys.stdout if output == "table" else sys.stderr
     if config.json_out is not None:
         report.write_json(config.json_out, report.to_json(run))
-        print(f"results: {config.json_out}")
+        print(f"results: {config.json_out}", file=notes)
     if config.plot_out is not None:
         try:
             report.plot_run(run, config.plot_out)
         except PlotUnavailableError as exc:
             print(f"zeroserve bench: {exc}", file=sys.stderr)
             return 2
-        print(f"plot: {config.plot_out}")
+        print(f"plot: {config.plot_out}", file=notes)
     return 1 if any(r.ok == 0 for r in run.levels) else 0

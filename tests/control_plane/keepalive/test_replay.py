@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from control_plane.keepalive import AlwaysOnPolicy, FixedPolicy
 from control_plane.keepalive.replay import ORACLE, replay
@@ -88,3 +89,17 @@ def test_simulate_command_prints_every_policy_and_plots(tmp_path: Path):
     assert rows["always-on"]["wasted_share"] >= max(p["wasted_share"] for p in rows.values())
     assert plot.stat().st_size > 0
     assert not math.isnan(rows["knative 60 s"]["added_latency_p999_s"])
+
+
+def test_simulate_prints_yaml_as_it_prints_json():
+    printed = {}
+    for fmt in ("json", "yaml"):
+        out = io.StringIO()
+        with redirect_stdout(out):
+            assert main(["simulate", str(SAMPLE), "-o", fmt]) == 0
+        printed[fmt] = (
+            json.loads(out.getvalue()) if fmt == "json" else yaml.safe_load(out.getvalue())
+        )
+    for doc in printed.values():
+        doc.pop("cpu_s"), doc.pop("wall_s")
+    assert printed["yaml"] == printed["json"]

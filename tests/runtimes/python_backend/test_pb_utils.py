@@ -125,6 +125,34 @@ def test_request_accessors():
     assert request.get_response_sender() is request.get_response_sender()
 
 
+def test_a_received_request_is_what_the_constructor_builds():
+    x = pb_utils.Tensor("INPUT0", np.ones(1, dtype=np.float32))
+    fields: dict[str, Any] = {
+        "request_id": "r1",
+        "correlation_id": 7,
+        "inputs": [x],
+        "requested_output_names": ["OUT"],
+        "model_name": "m",
+        "flags": 1,
+        "parameters": '{"k":1}',
+    }
+    received = pb_utils.InferenceRequest.received(execution=3, index=2, **fields)
+    built = pb_utils.InferenceRequest(**fields)
+    built._execution, built._index = 3, 2
+    assert vars(received) == vars(built)
+
+
+def test_a_received_tensor_is_what_the_constructor_builds():
+    data = np.arange(3, dtype=np.float32)
+    received = pb_utils.Tensor.received("T", data, "FP32")
+    built = pb_utils.Tensor("T", data)
+    assert (received.name(), received.as_numpy(), received.triton_dtype()) == (
+        built.name(),
+        built.as_numpy(),
+        built.triton_dtype(),
+    )
+
+
 def test_request_parameters_are_checked_as_triton_checks_them():
     with pytest.raises(pb_utils.TritonModelException, match="bool/int/str"):
         pb_utils.InferenceRequest(

@@ -77,10 +77,24 @@ def test_bytes_tensor_round_trip_and_empty_tensor(arena: Arena):
     assert empty.shape == (0, 3)
 
 
-def test_non_contiguous_and_big_endian_arrays_are_written_in_order(arena: Arena):
-    array = np.arange(12, dtype=">i4").reshape(3, 4)[:, ::2]
-    back = tensors.read(arena, tensors.write(arena, "T", array))
+@pytest.mark.parametrize(
+    ("dtype", "rows"),
+    [
+        pytest.param(">i4", 3, id="big-endian"),
+        pytest.param("<i4", 3, id="small"),
+        # Past the size up to which a tensor is copied in through its bytes.
+        pytest.param("<i4", 20_000, id="large"),
+    ],
+)
+def test_non_contiguous_and_big_endian_arrays_are_written_in_order(dtype: str, rows: int):
+    array = np.arange(rows * 4, dtype=dtype).reshape(rows, 4)[:, ::2]
+    arena = Arena.create("test", size_bytes=ALIGNMENT, limit_bytes=2 * array.nbytes)
+    try:
+        back = tensors.read(arena, tensors.write(arena, "T", array))
+    finally:
+        arena.close()
     np.testing.assert_array_equal(back, array)
+    assert back.dtype.isnative
 
 
 @pytest.mark.parametrize(

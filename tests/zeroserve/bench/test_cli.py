@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import yaml
 
 from tests.integration.conftest import free_port
 from tests.llm_model import write_tiny_llm
@@ -62,6 +63,21 @@ def test_closed_loop_json_and_plot(server, tmp_path):
         assert level["latency"]["count"] == level["ok"]
         assert level["latency"]["p50_ms"] <= level["latency"]["p99_ms"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_results_on_stdout_as_json_or_yaml(server, tmp_path, fmt):
+    out = tmp_path / "out.json"
+    done = _bench(
+        server, "--model", "mlp", "--concurrency", "1", "--duration", "0.3s",
+        "--warmup", "0.1s", "--json", str(out), "-o", fmt,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # stdout is the document alone (what --json writes); the note about the file is on stderr.
+    printed = json.loads(done.stdout) if fmt == "json" else yaml.safe_load(done.stdout)
+    assert printed == json.loads(out.read_text())
+    assert printed["levels"][0]["ok"] > 0
+    assert f"results: {out}" in done.stderr
 
 
 def test_open_loop_binary(server, tmp_path):
