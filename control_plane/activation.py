@@ -20,6 +20,15 @@ Every activation leaves a timeline in the store (the newest ``activations_kept``
      "durations_s": {"worker", "worker_boot", "fetch", "engine", "load", "wake", "total",
                      "first_response"}}
 
+While it runs, the timeline is already in the store with ``outcome`` ``running`` and a
+``current`` phase (``queued``, ``worker_starting``, ``loading``), each begun phase appended to
+``phases`` as it begins (and ``worker``'s ``id`` once the load goes to one; while the worker
+downloads the files, ``bytes_fetched`` of ``bytes_total``, updated about every second), so that a
+reader of the store (the admin API's ``follow``) sees an activation in course. At its end
+the same record (by ``id``) is replaced by the finished timeline, which has no ``current``;
+a successful one's ``phases`` are then rebuilt from what the placement measured, a failed
+one keeps the phases begun, so its last one says where it failed.
+
 When the activation started a worker and the backend timed its start (the local backend
 does), ``worker_process`` is when its process existed (forked from the template, or
 spawned) and ``durations_s.worker_boot`` the time from then to its first liveness answer;
@@ -46,7 +55,7 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from control_plane import backoff
@@ -57,7 +66,7 @@ from control_plane.errors import (
     ModelNotFoundError,
 )
 from control_plane.metrics import ControlPlaneMetrics
-from control_plane.placement import PlaceResult
+from control_plane.placement import PlaceProgress, PlaceResult
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore, StoreConflictError
 from foundation.errors import ModelFailedError, ZeroserveError
@@ -80,7 +89,13 @@ class ReplicaPlacer(Protocol):
     """What the orchestrator needs of the placer (``may_evict`` False: a pre-warm, which
     takes only free room)."""
 
-    async def place(self, model: ModelRecord, *, may_evict: bool = True) -> PlaceResult: ...
+    async def place(
+        self,
+        model: ModelRecord,
+        *,
+        may_evict: bool = True,
+        progress: PlaceProgress | None = None,
+    ) -> PlaceResult: ...
 
 
 class Probe(Protocol):
@@ -341,7 +356,8 @@ class Orchestrator:
             "model": model,
             "generation": None,
             "trigger": trigger,
-            "outcome": "failed",
+            "outcome": "running",
+            "current": "queued",
             "error": None,
             "queued_at": self._wall(),
             "worker": None,
@@ -351,6 +367,22 @@ class Orchestrator:
             "durations_s": {},
         }
         logger.info("activating %s (%s)", model, trigger, extra={"model": model})
+        is_stored = False
+
+        async def progress(
+            phase: str, worker_id: str | None = None, *, fetched: tuple[int, int] | None = None
+        ) -> None:
+            if fetched is not None:
+                timeline["bytes_fetched"], timeline["bytes_total"] = fetched
+            elif phase != timeline["current"]:
+                timeline["current"] = phase
+                at_s = round(self._clock() - queued, 6)
+                timeline["phases"].append({"phase": phase, "at_s": at_s})
+            if worker_id is not None:
+                timeline["worker"] = {"id": worker_id}
+            if is_stored:
+                await self._store_quietly(self._store.update_activation(model, timeline))
+
         record = await self._store.get_model(model)
         if record is not None and record.failure is not None:
             # Not an activation: none starts until the registration changes or an
@@ -362,11 +394,16 @@ class Orchestrator:
             if record is None:
                 raise ModelNotFoundError(model=model)
             timeline["generation"] = record.generation
+            is_stored = await self._store_quietly(
+                self._store.add_activation(model, timeline, keep=self._settings.activations_kept)
+            )
             try:
                 async with asyncio.timeout(self._settings.activation_timeout_s):
                     # A pre-warm is a guess about the next request: it never takes room
                     # from a model that is loaded now.
-                    result = await self._placer.place(record, may_evict=trigger != "prewarm")
+                    result = await self._placer.place(
+                        record, may_evict=trigger != "prewarm", progress=progress
+                    )
             except TimeoutError:
                 raise ActivationTimeoutError(
                     model=model, timeout_s=self._settings.activation_timeout_s
@@ -374,11 +411,12 @@ class Orchestrator:
         except Exception as exc:
             message = exc.message if isinstance(exc, ZeroserveError) else repr(exc)
             is_permanent = isinstance(exc, LoadFailedError) and exc.is_permanent
-            timeline["error"] = message
-            timeline["is_permanent"] = is_permanent
+            timeline.pop("current", None)
+            timeline.pop("bytes_total", None)
+            timeline.update(outcome="failed", error=message, is_permanent=is_permanent)
             timeline["durations_s"] = {"total": round(self._clock() - queued, 6)}
             self._metrics.activations.labels("failed", trigger).inc()
-            await self._record(model, timeline)
+            await self._record(model, timeline, is_stored=is_stored)
             logger.warning("activation of %s failed: %s", model, message, extra={"model": model})
             if record is not None and isinstance(exc, LoadFailedError) and is_permanent:
                 failure = ModelFailure(reason=exc.worker_message, failed_at=self._wall())
@@ -393,8 +431,11 @@ class Orchestrator:
             raise
         self._backoff.pop(model, None)
         ready = self._clock()
+        timeline.pop("current", None)
+        timeline.pop("bytes_total", None)
+        timeline["phases"] = [{"phase": "queued", "at_s": 0.0}]
         self._fill(timeline, result, queued, ready)
-        await self._record(model, timeline)
+        await self._record(model, timeline, is_stored=is_stored)
         logger.info(
             "%s ready on %s in %.3f s (%s)",
             model,
@@ -525,7 +566,7 @@ class Orchestrator:
             # is replayed to whichever replica subscribes next.
             logger.warning("could not record the first response of %s: %s", report.model, exc)
 
-    async def _record(self, model: str, timeline: dict[str, Any]) -> None:
+    async def _record(self, model: str, timeline: dict[str, Any], *, is_stored: bool) -> None:
         if self._observer is not None:
             self._observer.activation_finished(
                 model=model,
@@ -533,10 +574,25 @@ class Orchestrator:
                 duration_s=timeline["durations_s"]["total"],
             )
         try:
-            await self._store.add_activation(model, timeline, keep=self._settings.activations_kept)
+            # The running record may be gone (trimmed by newer ones, or never written while
+            # the store was down): the finished one is then added afresh.
+            if not is_stored or not await self._store.update_activation(model, timeline):
+                await self._store.add_activation(
+                    model, timeline, keep=self._settings.activations_kept
+                )
         except Exception as exc:
             # The activation itself stands; only its record is lost.
             logger.warning("could not record the activation of %s: %s", model, exc)
+
+    async def _store_quietly(self, write: Awaitable[object]) -> bool:
+        """Run one write of a running timeline; False when it failed. A lost progress
+        write costs only liveness of the record: the finished timeline is written anyway."""
+        try:
+            result = await write
+        except Exception as exc:
+            logger.debug("could not record the progress of an activation: %s", exc)
+            return False
+        return result is not False
 
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._background.add(task)

@@ -194,6 +194,14 @@ class ControlPlaneSettings(BaseSettings, ServerLimits):
     """Lifetime of the acting-replica lease; renewed every third of it."""
     activations_kept: int = Field(default=20, ge=1, le=1000)
     """Cold-start timelines kept per model."""
+    console_session_s: float = Field(default=12 * 3600.0, gt=0, le=30 * 86400)
+    """How long a login to the web console (``/console``) lasts."""
+    follow_poll_s: float = Field(default=0.5, gt=0, le=60)
+    """How often a follower of activations (``?follow=true``, the console) reads the store."""
+    follow_max_s: float = Field(default=1800.0, gt=0)
+    """Longest one follow of activations streams before it ends (the client may follow
+    again); also how old a ``running`` timeline may be before it is taken as abandoned (its
+    control plane went away mid-activation)."""
     store_retry_s: float = Field(default=1.0, gt=0)
     """Pause before a control loop retries after a state-store failure."""
     worker_metrics_timeout_s: float = Field(default=2.0, gt=0)

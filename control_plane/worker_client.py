@@ -37,6 +37,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _CACHE_OUTCOMES = frozenset({"hit", "miss", "local"})
+_PROGRESS_TIMEOUT_S = 2.0
+"""A progress answer later than this is skipped: the next poll asks again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +232,25 @@ class WorkerClient:
                 worker=worker.id, reason=f"sequences of '{model}': {_reason(response)}"
             )
         return live
+
+    async def fetch_progress(self, worker: WorkerRecord, model: str) -> tuple[int, int] | None:
+        """(bytes downloaded, bytes needed) of a load of ``model`` under way on ``worker``
+        (``GET .../progress``); None when it downloads nothing now, or cannot say (an older
+        worker, Triton, a failed call): progress is best effort and never fails a load."""
+        try:
+            response = await self._http.get(
+                f"{worker.url}/v2/repository/models/{_segment(model)}/progress",
+                timeout=_PROGRESS_TIMEOUT_S,
+            )
+            doc = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        if not isinstance(doc, dict) or doc.get("fetching") is not True:
+            return None
+        fetched, total = doc.get("bytes_fetched"), doc.get("bytes_total")
+        if not (isinstance(fetched, int) and isinstance(total, int)) or min(fetched, total) < 0:
+            return None
+        return fetched, total
 
     async def is_live(self, url: str) -> bool:
         """One liveness probe of the worker at ``url``."""

@@ -46,6 +46,7 @@ from data_plane.response_cache import ResponseCache
 from data_plane.storage import (
     CachedModel,
     CacheFullError,
+    FetchProgress,
     NodeCache,
     StorageError,
     StorageUri,
@@ -171,6 +172,11 @@ class ModelRepository:
                 f"Request for unknown model: '{name}' version {version} is not at ready state"
             )
         raise NotFoundError(f"Request for unknown model: '{name}' version {version} is not found")
+
+    def fetch_progress(self, name: str) -> FetchProgress | None:
+        """How far the download of ``name``'s files for a load under way has come; None when
+        no download of it runs."""
+        return self._cache.fetch_progress(name)
 
     def serving_versions(self, name: str) -> list[LoadedVersion]:
         """Every serving version of ``name`` (may be empty); raises for unknown names."""

@@ -560,13 +560,30 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         ("rm", "unload and delete a model"),
         ("load", "load a model now"),
         ("unload", "unload a model's replicas"),
-        ("activations", "a model's recent cold-start timelines"),
     ):
         parser = actions.add_parser(action, help=text)
         parser.add_argument("name", help="the model's name")
         admin_options(parser, nested=True)
+    _activations_parser(actions)
     admin_options(actions.add_parser("workers", help="list workers"), nested=True)
     models.set_defaults(handler=_models)
+
+
+def _activations_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = actions.add_parser("activations", help="a model's recent cold-start timelines")
+    parser.add_argument("name", help="the model")
+    parser.add_argument(
+        "--watch",
+        action="store_true",
+        help="follow its activations live (phase, worker, time, bytes fetched) until they end",
+    )
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=30.0,
+        help="with --watch: how long to wait for an activation to start when none is running",
+    )
+    admin_options(parser, nested=True)
 
 
 def _models(args: argparse.Namespace) -> int:
@@ -575,6 +592,10 @@ def _models(args: argparse.Namespace) -> int:
     settings = admin_settings(args, f"zeroserve models {args.action}")
     if settings is None:
         return 2
+    if args.action == "activations" and args.watch:
+        from control_plane.api.watch import watch
+
+        return watch(settings, args.name, wait_s=args.wait_s, out=sys.stdout, err=sys.stderr)
     body: dict[str, object] | None = None
     if args.action in ("register", "update"):
         try:

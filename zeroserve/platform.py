@@ -41,7 +41,7 @@ from activator.settings import ActivatorSettings
 from control_plane.activation import Orchestrator
 from control_plane.api import schemas
 from control_plane.api.app import create_app as create_admin_app
-from control_plane.api.service import AdminService
+from control_plane.api.service import AdminService, FollowLimits
 from control_plane.autoscaler.loop import AutoscalerLoop
 from control_plane.autoscaler.policy import AutoscalerSettings
 from control_plane.backends.base import PodBackend
@@ -166,6 +166,9 @@ class Platform:
         self._knative = knative
         self._on_started = on_started
         self._backend: PodBackend | None = None
+        self._activator_registry: CollectorRegistry | None = None
+        """The in-process activator's metrics, which the console reads for request rates;
+        new in each ``run``."""
         self._demo_key: str | None = None
         self.lifecycle = Lifecycle()
         """The public server's: readiness fails once the platform is stopping."""
@@ -180,6 +183,7 @@ class Platform:
         (a failure half-way stops exactly what had started)."""
         settings = self.settings
         assert settings.admin_token is not None
+        self._activator_registry = CollectorRegistry() if self._activator_settings else None
         async with contextlib.AsyncExitStack() as stack:
             # Bound first: a port in use fails before anything starts.
             admin_sock = stack.enter_context(bind_socket(settings.admin_host, settings.admin_port))
@@ -255,7 +259,15 @@ class Platform:
             inspector = self._create_inspector(placer)
             if inspector is not None:
                 stack.callback(inspector.close)
-            service = AdminService(store, orchestrator, placer, backend, lease, inspector=inspector)
+            service = AdminService(
+                store,
+                orchestrator,
+                placer,
+                backend,
+                lease,
+                inspector=inspector,
+                follow=FollowLimits(poll_s=settings.follow_poll_s, max_s=settings.follow_max_s),
+            )
             worker_metrics = None
             if isinstance(backend, LocalBackend):
                 # Local workers listen on ports chosen at run time, which no scrape
@@ -272,6 +284,8 @@ class Platform:
                     allowed_storage=settings.allowed_storage,
                     allow_model_code=settings.allow_model_code,
                     worker_metrics=worker_metrics,
+                    request_metrics=self._activator_registry,
+                    console_session_s=settings.console_session_s,
                 ),
                 settings,
                 admin_sock,
@@ -361,6 +375,7 @@ class Platform:
             activate,
             f"activator-{socket.gethostname()}-{os.getpid()}",
             lifecycle=self.lifecycle,
+            registry=self._activator_registry,
             counters=counters,
         )
         async with contextlib.AsyncExitStack() as stack:
@@ -428,7 +443,10 @@ class Platform:
             self._demo_key, _ = await KeyService(service.store).create("demo", models=(DEMO_MODEL,))
 
     def _banner(self, admin: str, endpoints: _PublicEndpoints | None) -> None:
-        lines = [f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})"]
+        lines = [
+            f"zeroserve: admin API {admin}/admin/v1 (state {self.settings.state_url})",
+            f"zeroserve: web console {admin}/console (log in with the admin token)",
+        ]
         if endpoints is not None:
             public = endpoints.url
             lines.insert(0, f"zeroserve: serving models at {public}/v2/models/<name>/infer")

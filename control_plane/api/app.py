@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Collection, Sequence
 from typing import Protocol, TypedDict
@@ -15,6 +16,10 @@ from starlette.responses import Response
 
 from control_plane.api import http_errors, routes
 from control_plane.api.auth import BearerAuth
+from control_plane.api.console.guard import ConsoleGuard
+from control_plane.api.console.routes import ConsoleState, console_routes, create_templates
+from control_plane.api.console.session import SessionKeys
+from control_plane.api.console.stats import RequestHistory
 from control_plane.api.openapi import openapi_document
 from control_plane.api.service import AdminService
 from control_plane.errors import ConflictError, ControlPlaneUnavailableError
@@ -48,6 +53,7 @@ class AdminState(TypedDict):
     allow_model_code: bool
     openapi: dict[str, object]
     worker_metrics: WorkerMetricsSource | None
+    console: ConsoleState
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> Response:
@@ -69,19 +75,30 @@ def create_app(
     allowed_storage: Sequence[str],
     allow_model_code: bool = False,
     worker_metrics: WorkerMetricsSource | None = None,
+    request_metrics: CollectorRegistry | None = None,
+    console_session_s: float = 12 * 3600.0,
     keys: KeyService | None = None,
 ) -> Starlette:
     """The admin app over ``service``; every ``/admin/v1`` path but the OpenAPI document
     needs ``Authorization: Bearer <token>``. ``/metrics`` and ``/healthz`` are open (the
-    admin port binds to loopback unless told otherwise). ``allow_model_code`` False refuses
-    registrations whose backend, platform or config make the model code. ``worker_metrics``,
+    admin port binds to loopback unless told otherwise). ``/console`` is the web console: a
+    login with the same token opens a session of ``console_session_s``; its request rates
+    and latencies come from ``request_metrics`` (an in-process activator's registry), and
+    are not shown without it. ``allow_model_code`` False refuses registrations whose
+    backend, platform or config make the model code. ``worker_metrics``,
     where given, adds the workers' families to ``/metrics`` after the registry's. ``keys``
     manages the API keys (``/admin/v1/keys``); by default over the service's store."""
     key_service = keys or KeyService(service.store)
     document = openapi_document()
+    sessions = SessionKeys(token, lifetime_s=console_session_s)
+    templates = create_templates()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[AdminState]:
+        history = sampler = None
+        if request_metrics is not None:
+            history = RequestHistory(request_metrics)
+            sampler = asyncio.create_task(history.run(), name="console-request-history")
         try:
             yield AdminState(
                 service=service,
@@ -92,17 +109,22 @@ def create_app(
                 allow_model_code=allow_model_code,
                 openapi=document,
                 worker_metrics=worker_metrics,
+                console=ConsoleState(keys=sessions, history=history, templates=templates),
             )
         finally:
+            if sampler is not None:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
             await service.close()
 
-    # Only one middleware: authentication, outermost, so that nothing runs for a request
-    # without the token (not even body parsing).
+    # Authentication first, so that nothing runs for a request without the token or a
+    # console session (not even body parsing). Each guards its own prefix only.
     middleware = [
         Middleware(BearerAuth, token=token, public_paths=frozenset({OPENAPI_PATH})),
+        Middleware(ConsoleGuard, keys=sessions),
     ]
     return Starlette(
-        routes=routes.routes,
+        routes=[*routes.routes, *console_routes()],
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={

@@ -24,7 +24,16 @@ from control_plane.api.schemas import schema_error
 from control_plane.keys import KeyService
 from foundation.keys import ApiKeyRecord, KeyLimits
 
-__all__ = ["KeyCreate", "KeyCreated", "KeyLimitsSpec", "KeyList", "KeyView", "routes"]
+__all__ = [
+    "KeyCreate",
+    "KeyCreated",
+    "KeyLimitsSpec",
+    "KeyList",
+    "KeyView",
+    "create",
+    "key_view",
+    "routes",
+]
 
 KeyState = Literal["active", "expired", "revoked"]
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._@ -]{0,99}$"
@@ -125,7 +134,8 @@ def _keys(request: Request) -> KeyService:
     return service
 
 
-def _view(service: KeyService, record: ApiKeyRecord) -> KeyView:
+def key_view(service: KeyService, record: ApiKeyRecord) -> KeyView:
+    """``record`` as the API shows it: without its secret."""
     limits = record.limits
     return KeyView(
         id=record.id,
@@ -152,7 +162,7 @@ def _json(model: BaseModel, status: int = 200) -> Response:
 
 async def list_keys(request: Request) -> Response:
     service = _keys(request)
-    return _json(KeyList(keys=[_view(service, r) for r in await service.list()]))
+    return _json(KeyList(keys=[key_view(service, r) for r in await service.list()]))
 
 
 async def create_key(request: Request) -> Response:
@@ -160,7 +170,11 @@ async def create_key(request: Request) -> Response:
         body = KeyCreate.model_validate(await read_json(request))
     except ValidationError as exc:
         raise schema_error(exc) from None
-    service = _keys(request)
+    return _json(await create(_keys(request), body), 201)
+
+
+async def create(service: KeyService, body: KeyCreate) -> KeyCreated:
+    """Create the key ``body`` describes (the admin API's and the console's one way)."""
     expires_at = body.expires_at
     if body.expires_in_s is not None:
         expires_at = service.now() + body.expires_in_s
@@ -170,18 +184,18 @@ async def create_key(request: Request) -> Response:
         limits=KeyLimits(**body.limits.model_dump()),
         expires_at=expires_at,
     )
-    view = _view(service, record)
-    return _json(KeyCreated(**view.model_dump(), key=token), 201)
+    view = key_view(service, record)
+    return KeyCreated(**view.model_dump(), key=token)
 
 
 async def get_key(request: Request) -> Response:
     service = _keys(request)
-    return _json(_view(service, await service.get(request.path_params["key_id"])))
+    return _json(key_view(service, await service.get(request.path_params["key_id"])))
 
 
 async def revoke_key(request: Request) -> Response:
     service = _keys(request)
-    return _json(_view(service, await service.revoke(request.path_params["key_id"])))
+    return _json(key_view(service, await service.revoke(request.path_params["key_id"])))
 
 
 routes = [

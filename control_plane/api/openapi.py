@@ -151,12 +151,43 @@ def openapi_document() -> dict[str, Any]:
             )
         },
         "/admin/v1/models/{name}/activations": {
-            "get": _operation(
-                "The newest cold-start timelines of a model",
-                {"200": _json(schemas.Activations, "Newest first")},
-                errors=item,
-                name_param=True,
-            )
+            "get": {
+                **_operation(
+                    "The newest cold-start timelines of a model; with follow=true, "
+                    "server-sent events of the activations in course",
+                    {
+                        "200": {
+                            "description": "Newest first; with follow=true, a text/event-stream "
+                            "of 'activation' events (one timeline each, at every change) ending "
+                            "with an 'end' event once the activations followed have finished",
+                            "content": {
+                                **_json(schemas.Activations, "")["content"],
+                                "text/event-stream": {"schema": {"type": "string"}},
+                            },
+                        }
+                    },
+                    errors=item,
+                    name_param=True,
+                ),
+                "parameters": [
+                    *_operation("", {}, name_param=True)["parameters"],
+                    {
+                        "name": "follow",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "boolean", "default": False},
+                        "description": "Stream the activations as they run (server-sent events)",
+                    },
+                    {
+                        "name": "wait_s",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "number", "default": 30},
+                        "description": "With follow: how long to wait for an activation to "
+                        "start when none is running",
+                    },
+                ],
+            }
         },
         "/admin/v1/models/{name}/usage": {
             "get": _operation(

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from control_plane.api import keys, schemas
@@ -96,7 +97,55 @@ async def unload_model(request: Request) -> Response:
 
 
 async def model_activations(request: Request) -> Response:
-    return _view(await _service(request).activations(request.path_params["name"]))
+    name = request.path_params["name"]
+    if request.query_params.get("follow", "").lower() in ("1", "true", "yes"):
+        return await follow_response(_service(request), name, request.query_params.get("wait_s"))
+    return _view(await _service(request).activations(name))
+
+
+_HEARTBEAT_S = 15.0
+"""Quiet time after which a follow sends an SSE comment, so proxies keep the stream open."""
+
+
+async def follow_response(service: AdminService, name: str, wait: str | None) -> Response:
+    """Server-sent events of ``service.follow(name)``: an ``activation`` event (the timeline
+    as JSON) per change, comments while nothing changes, and an ``end`` event. The stream
+    stops when the follow ends, and is cancelled when the client goes away."""
+    try:
+        wait_s = float(wait) if wait is not None else _DEFAULT_FOLLOW_WAIT_S
+    except ValueError:
+        wait_s = math.nan
+    if not math.isfinite(wait_s) or wait_s < 0:
+        raise InvalidInputError(f"wait_s must be a number of seconds >= 0, got {wait!r}")
+    updates = service.follow(name, wait_s=wait_s)
+    # The first read happens before the status line, so an unknown model is still a 404.
+    first = await anext(updates)
+
+    async def events() -> AsyncIterator[bytes]:
+        quiet_since = time.monotonic()
+        try:
+            batch: list[dict[str, Any]] | None = first
+            while batch is not None:
+                for timeline in batch:
+                    yield b"event: activation\ndata: " + orjson.dumps(timeline) + b"\n\n"
+                    quiet_since = time.monotonic()
+                if time.monotonic() - quiet_since >= _HEARTBEAT_S:
+                    yield b": still following\n\n"
+                    quiet_since = time.monotonic()
+                batch = await anext(updates, None)
+            yield b"event: end\ndata: {}\n\n"
+        finally:
+            await updates.aclose()
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+_DEFAULT_FOLLOW_WAIT_S = 30.0
+"""How long a follow waits for an activation to start when none is running."""
 
 
 async def model_usage(request: Request) -> Response:

@@ -14,7 +14,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from control_plane import usage
@@ -30,7 +31,14 @@ from control_plane.errors import (
 from control_plane.store.base import StateStore, StoreConflictError
 from foundation.records import ModelRecord, Placement, ResourceSpec, ScalingSpec
 
-__all__ = ["Acting", "ActivationControl", "AdminService", "Inspector", "ReplicaControl"]
+__all__ = [
+    "Acting",
+    "ActivationControl",
+    "AdminService",
+    "FollowLimits",
+    "Inspector",
+    "ReplicaControl",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +76,16 @@ class Acting(Protocol):
     def is_acting(self) -> bool: ...
 
 
+@dataclass(frozen=True, slots=True)
+class FollowLimits:
+    """Bounds of one follow of activations (``AdminService.follow``)."""
+
+    poll_s: float = 0.5
+    """How often the store is read."""
+    max_s: float = 1800.0
+    """Longest one follow lasts; a ``running`` timeline older than this is abandoned."""
+
+
 class Inspector(Protocol):
     """Checks a registration against its stored model (``inspection.RegistrationInspector``)."""
 
@@ -86,8 +104,12 @@ class AdminService:
         acting: Acting,
         *,
         wall: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        follow: FollowLimits | None = None,
         inspector: Inspector | None = None,
     ) -> None:
+        self._clock = clock
+        self._follow = follow or FollowLimits()
         self._store = store
         self._inspector = inspector
         self._activations = activations
@@ -270,6 +292,61 @@ class AdminService:
     async def activations(self, name: str) -> schemas.Activations:
         await self._record(name)
         return schemas.Activations(model=name, activations=await self._store.list_activations(name))
+
+    def start_load(self, name: str) -> None:
+        """``load`` without waiting for it (the console follows it through ``follow``); its
+        failure is recorded in the activation's timeline and logged."""
+
+        async def run() -> None:
+            try:
+                await self.load(name)
+            except Exception as exc:
+                logger.warning("loading %s failed: %s", name, exc)
+
+        task = asyncio.create_task(run(), name=f"load-{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def follow(
+        self, name: str, *, wait_s: float
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """The activations of ``name`` as they change: one list per read of the store (every
+        ``FollowLimits.poll_s``), holding each timeline that is running, or that started
+        after following began, whenever it differs from what was last given; often empty.
+
+        Ends once every activation seen has finished, or when none started within
+        ``wait_s`` (0: only what runs now), or after ``FollowLimits.max_s``. Raises
+        ``ModelNotFoundError`` before the first list when there is no such model.
+        """
+        await self._record(name)
+        limits = self._follow
+        started = self._clock()
+        wait_s = min(max(wait_s, 0.0), limits.max_s)
+        given: dict[str, dict[str, Any]] = {}
+        finished_before: set[str] | None = None
+        while True:
+            timelines = await self._store.list_activations(name)
+            abandoned_before = self._wall() - limits.max_s
+
+            def is_running(t: dict[str, Any], before: float = abandoned_before) -> bool:
+                return t.get("outcome") == "running" and float(t.get("queued_at", 0)) > before
+
+            if finished_before is None:
+                finished_before = {t["id"] for t in timelines if not is_running(t)}
+            changed = []
+            for timeline in reversed(timelines):  # oldest first
+                if timeline["id"] in finished_before or given.get(timeline["id"]) == timeline:
+                    continue
+                given[timeline["id"]] = timeline
+                changed.append(timeline)
+            yield changed
+            is_any_running = any(is_running(t) for t in timelines)
+            elapsed = self._clock() - started
+            if not is_any_running and (given or elapsed >= wait_s):
+                return
+            if elapsed >= limits.max_s:
+                return
+            await asyncio.sleep(limits.poll_s)
 
     # ---- workers ----
 

@@ -21,7 +21,7 @@ from control_plane.placement.choose import (
     choose,
     traffic_needed,
 )
-from control_plane.placement.placer import Placer, PlaceResult, WorkerApi
+from control_plane.placement.placer import PlaceProgress, Placer, PlaceResult, WorkerApi
 from control_plane.placement.pools import PoolPlacers
 from control_plane.placement.routing import model_backend, pool_for
 
@@ -30,6 +30,7 @@ __all__ = [
     "Evict",
     "NoCapacity",
     "Place",
+    "PlaceProgress",
     "PlaceResult",
     "Placer",
     "PoolPlacers",

@@ -48,16 +48,18 @@ from control_plane.store.base import StateStore
 from control_plane.worker_client import LoadReport
 from foundation.records import ModelRecord, Placement, WorkerRecord
 
-__all__ = ["PlaceResult", "Placer", "WorkerApi"]
+__all__ = ["PlaceProgress", "PlaceResult", "Placer", "WorkerApi"]
 
 logger = logging.getLogger(__name__)
 
 _PLACE_ATTEMPTS = 3
+_FETCH_POLL_S = 1.0
+"""How often a worker is asked how far its download has come during a load."""
 
 
 class WorkerApi(Protocol):
-    """Loads and unloads on one worker, and asks it for live sequences
-    (``control_plane.worker_client.WorkerClient``)."""
+    """Loads and unloads on one worker, and asks it for live sequences and how far a
+    download has come (``control_plane.worker_client.WorkerClient``)."""
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport: ...
 
@@ -68,6 +70,24 @@ class WorkerApi(Protocol):
     async def wake(self, worker: WorkerRecord, model: str) -> None: ...
 
     async def live_sequences(self, worker: WorkerRecord, model: str) -> int: ...
+
+    async def fetch_progress(self, worker: WorkerRecord, model: str) -> tuple[int, int] | None: ...
+
+
+class PlaceProgress(Protocol):
+    """Told of each step of one placement as it begins, for the live activation timeline:
+    ``worker_starting`` (a worker is being started for it) and ``loading`` (the load call
+    goes to ``worker_id``); during the load, told again of ``loading`` with ``fetched``
+    (bytes downloaded, bytes needed) each time the worker's download has moved. Must not
+    raise; awaited inline, so it should be quick."""
+
+    async def __call__(
+        self,
+        phase: str,
+        worker_id: str | None = None,
+        *,
+        fetched: tuple[int, int] | None = None,
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,9 +160,16 @@ class Placer:
 
     # ---- placing ----
 
-    async def place(self, model: ModelRecord, *, may_evict: bool = True) -> PlaceResult:
+    async def place(
+        self,
+        model: ModelRecord,
+        *,
+        may_evict: bool = True,
+        progress: PlaceProgress | None = None,
+    ) -> PlaceResult:
         """Add one replica of ``model`` on a worker that does not hold it yet; with
-        ``may_evict`` False only where there is room without evicting a replica.
+        ``may_evict`` False only where there is room without evicting a replica; ``progress``
+        is told of each step as it begins.
 
         Raises ``NoCapacityError`` when no worker can take it, ``WorkerStartError`` when a
         needed worker does not start, ``LoadFailedError`` when the worker refuses the model,
@@ -159,7 +186,7 @@ class Placer:
         last: WorkerCallError | None = None
         for _ in range(_PLACE_ATTEMPTS):
             try:
-                return await self._place_once(model, may_evict=may_evict)
+                return await self._place_once(model, progress, may_evict=may_evict)
             except WorkerCallError as exc:
                 if type(exc) is not WorkerCallError:
                     raise  # the worker answered: a refused load is not retried
@@ -169,8 +196,10 @@ class Placer:
         assert last is not None
         raise last
 
-    async def _place_once(self, model: ModelRecord, *, may_evict: bool) -> PlaceResult:
-        worker, decision = await self._claim_room(model)
+    async def _place_once(
+        self, model: ModelRecord, progress: PlaceProgress | None, *, may_evict: bool
+    ) -> PlaceResult:
+        worker, decision = await self._claim_room(model, progress)
         is_started = isinstance(decision, StartWorker)
         evicted: tuple[str, ...] = ()
         try:
@@ -189,7 +218,18 @@ class Placer:
             ready_at = self._clock()
             # A load of a model asleep on the worker wakes it there: it is not asleep after.
             await self._store.remove_sleeping(model.name, worker.id)
-            report = await self._load_unit(worker, model)
+            watcher = None
+            if progress is not None:
+                await progress("loading", worker.id)
+                watcher = asyncio.create_task(
+                    self._watch_fetch(worker, model.name, progress), name=f"fetch-{model.name}"
+                )
+            try:
+                report = await self._load_unit(worker, model)
+            finally:
+                if watcher is not None:
+                    watcher.cancel()
+                    await asyncio.gather(watcher, return_exceptions=True)
             loaded_at = self._clock()
             if self._pool_workers.find(worker.id) is None:
                 raise WorkerCallError(
@@ -238,7 +278,20 @@ class Placer:
                     logger.warning("unloading %s after a failed load: %s", part.name, exc)
             raise
 
-    async def _claim_room(self, model: ModelRecord) -> tuple[WorkerRecord, Decision]:
+    async def _watch_fetch(self, worker: WorkerRecord, model: str, progress: PlaceProgress) -> None:
+        """Pass the worker's download progress of ``model`` on while it moves; runs until
+        cancelled (when the load ends)."""
+        last = None
+        while True:
+            await asyncio.sleep(_FETCH_POLL_S)
+            fetched = await self._workers.fetch_progress(worker, model)
+            if fetched is not None and fetched != last:
+                last = fetched
+                await progress("loading", worker.id, fetched=fetched)
+
+    async def _claim_room(
+        self, model: ModelRecord, progress: PlaceProgress | None = None
+    ) -> tuple[WorkerRecord, Decision]:
         """Choose a worker for ``model`` (with its parts, for an ensemble) and reserve room
         there, under the lock; when the choice is a new worker, return once it has started
         (with the room reserved)."""
@@ -260,6 +313,8 @@ class Placer:
                     case WaitForStarts():
                         waiting = self._pool_workers.starts()
             if start is not None:
+                if progress is not None:
+                    await progress("worker_starting")
                 try:
                     return await asyncio.shield(start), decision
                 except asyncio.CancelledError:

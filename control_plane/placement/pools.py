@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 from control_plane.backends.base import PodBackend, PoolSpec
-from control_plane.placement.placer import Placer, PlaceResult, WorkerApi
+from control_plane.placement.placer import PlaceProgress, Placer, PlaceResult, WorkerApi
 from control_plane.placement.routing import model_backend, pool_for
 from control_plane.settings import ControlPlaneSettings
 from control_plane.store.base import StateStore
@@ -83,9 +83,17 @@ class PoolPlacers:
 
     # ---- by model ----
 
-    async def place(self, model: ModelRecord, *, may_evict: bool = True) -> PlaceResult:
+    async def place(
+        self,
+        model: ModelRecord,
+        *,
+        may_evict: bool = True,
+        progress: PlaceProgress | None = None,
+    ) -> PlaceResult:
         """``Placer.place`` on the model's pool."""
-        return await self._placers[self.pool_of(model)].place(model, may_evict=may_evict)
+        return await self._placers[self.pool_of(model)].place(
+            model, may_evict=may_evict, progress=progress
+        )
 
     async def reload(self, model: ModelRecord) -> None:
         """``Placer.reload`` on the model's pool; a replica left on another pool's worker

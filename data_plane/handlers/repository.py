@@ -139,6 +139,14 @@ class RepositoryHandlers:
         self.check_control(repository_name)
         await self._repository.wake(name)
 
+    def fetch_progress(self, name: str) -> tuple[int, int] | None:
+        """(bytes downloaded, bytes needed) of the files of ``name`` for a load under way;
+        None when no download of it runs."""
+        progress = self._repository.fetch_progress(name)
+        if progress is None:
+            return None
+        return progress.fetched_bytes, progress.total_bytes
+
     def live_sequences(self, name: str) -> int:
         """Sequences running on the serving versions of ``name`` (started and not yet ended
         by END or their idle limit, those waiting for a slot included); 0 when it serves

@@ -12,6 +12,12 @@ sleeps idle LLMs with the first, and an activation wakes them with the second.
 ``{"name", "live"}``: how many sequences of a sequence model run on this server (0 for any
 other model, or one not loaded); the control plane asks it before taking a replica away.
 
+``GET /v2/repository/models/{name}/progress`` (zeroserve's, any mode) answers ``{"name",
+"fetching", "bytes_fetched", "bytes_total"}``: while a load downloads the model's files into
+the node cache, the bytes written so far (part by part) and those it needs; ``fetching``
+false (and nulls) otherwise. The control plane asks it during a load, for the live
+activation timeline.
+
 A load may carry zeroserve's ``allow_model_code`` parameter (a boolean, default true):
 false refuses a model that is code (a Python-backend ``model.py``, a PyTorch program), which
 the control plane sends unless its operator allows such models.
@@ -121,8 +127,21 @@ async def sequences(request: Request) -> Response:
     return Response(orjson.dumps({"name": name, "live": live}), media_type="application/json")
 
 
+async def progress(request: Request) -> Response:
+    name: str = request.path_params["name"]
+    fetch = _handler(request).fetch_progress(name)
+    doc = {
+        "name": name,
+        "fetching": fetch is not None,
+        "bytes_fetched": fetch[0] if fetch else None,
+        "bytes_total": fetch[1] if fetch else None,
+    }
+    return Response(orjson.dumps(doc), media_type="application/json")
+
+
 routes = [
     Route("/v2/repository/index", index, methods=["POST"]),
+    Route("/v2/repository/models/{name}/progress", progress, methods=["GET"]),
     Route("/v2/repository/models/{name}/sleep", sleep, methods=["POST"]),
     Route("/v2/repository/models/{name}/wake", wake, methods=["POST"]),
     Route("/v2/repository/models/{name}/sequences", sequences, methods=["GET"]),

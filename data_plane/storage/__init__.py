@@ -10,7 +10,7 @@ model in use. Failures are :class:`StorageError` subclasses whose messages say w
 
 from __future__ import annotations
 
-from data_plane.storage.cache import CachedModel, NodeCache
+from data_plane.storage.cache import CachedModel, FetchProgress, NodeCache
 from data_plane.storage.errors import (
     CacheFullError,
     StorageAccessDeniedError,
@@ -31,6 +31,7 @@ __all__ = [
     "CacheFullError",
     "CacheSettings",
     "CachedModel",
+    "FetchProgress",
     "ModelLayout",
     "NodeCache",
     "Pin",

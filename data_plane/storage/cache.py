@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Self
@@ -120,6 +121,14 @@ class CachedModel:
         return f"CachedModel({str(self.uri)!r}, path={str(self.path)!r}, digest={self.digest[:12]})"
 
 
+@dataclass(frozen=True, slots=True)
+class FetchProgress:
+    """A download under way: the bytes written so far of those it needs."""
+
+    fetched_bytes: int
+    total_bytes: int
+
+
 class NodeCache:
     """Fetches models into the node-local cache, shared by every worker process on the node.
 
@@ -152,6 +161,9 @@ class NodeCache:
         self._executor = ThreadPoolExecutor(
             max_workers=settings.concurrency, thread_name_prefix="s3-fetch"
         )
+        self._fetching: dict[str, FetchProgress] = {}
+        """model -> its download under way. Written by fetch threads, read on the loop:
+        each write replaces one item, which the GIL keeps whole."""
 
     @property
     def settings(self) -> CacheSettings:
@@ -166,6 +178,11 @@ class NodeCache:
         """
         check_model_name(model, uri=str(uri))
         return await asyncio.to_thread(self._fetch, uri, model)
+
+    def fetch_progress(self, model: str) -> FetchProgress | None:
+        """How far the download of ``model``'s files has come; None when none is under way
+        (the files were cached, local, or are not being fetched)."""
+        return self._fetching.get(model)
 
     async def list_models(self, uri: StorageUri) -> list[str]:
         """The model folder names directly under ``uri`` (a model repository)."""
@@ -209,7 +226,9 @@ class NodeCache:
                     # Another process may have fetched it while we waited for the lock.
                     cached = self._open_version(uri, version, digest, layout)
                     if cached is None:
-                        cached = self._download(store, uri, listing, version, digest, layout)
+                        cached = self._download(
+                            store, uri, listing, version, digest, layout, model=model
+                        )
             except LockTimeoutError as exc:
                 raise StorageTimeoutError(
                     uri=str(uri),
@@ -265,11 +284,20 @@ class NodeCache:
         version: Path,
         digest: str,
         model_layout: ModelLayout,
+        *,
+        model: str,
     ) -> CachedModel:
         layout = self._layout
         layout.sweep_tmp()
         reusable = _reusable_files(version.parent, listing)
         needed = sum(o.size for o in listing.objects if o.relative not in reusable)
+        self._fetching[model] = FetchProgress(0, needed)
+
+        def on_bytes(count: int) -> None:
+            done = self._fetching.get(model)
+            if done is not None:
+                self._fetching[model] = FetchProgress(done.fetched_bytes + count, needed)
+
         tmp = layout.new_tmp_dir(version.name, needed)
         pin = Pin.acquire(tmp, timeout_s=self._settings.lock_timeout_s, create=True)
         try:
@@ -282,7 +310,7 @@ class NodeCache:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 check = None
                 if not _link(reusable.get(obj.relative), dest, obj.size):
-                    check = store.download(uri, obj, dest)
+                    check = store.download(uri, obj, dest, on_bytes=on_bytes)
                     fetched += obj.size
                 records.append(
                     {"key": obj.key, "path": obj.relative, "size": obj.size, "etag": obj.etag}
@@ -308,6 +336,8 @@ class NodeCache:
             pin.release()
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            self._fetching.pop(model, None)
         pin.path = version / PIN_FILENAME
         self._measure()
         return CachedModel(

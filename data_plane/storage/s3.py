@@ -165,8 +165,16 @@ class S3Store:
             raise translate_error(exc, uri=str(uri)) from exc
         return sorted(names)
 
-    def download(self, uri: StorageUri, obj: RemoteObject, dest: Path) -> str | None:
-        """Write ``obj`` to the new file ``dest``, verified and fsynced.
+    def download(
+        self,
+        uri: StorageUri,
+        obj: RemoteObject,
+        dest: Path,
+        *,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> str | None:
+        """Write ``obj`` to the new file ``dest``, verified and fsynced; ``on_bytes`` is
+        told the size of each part as it has been written (for progress).
 
         Returns the check that was made (``crc32 (x-amz-checksum-crc32)``) or None when
         only the size could be checked. Raises :class:`StorageCorruptError` on a size or
@@ -191,14 +199,19 @@ class S3Store:
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
             os.ftruncate(fd, obj.size)
-            self._transfer(uri, obj, fd, plan)
+            self._transfer(uri, obj, fd, plan, on_bytes)
             os.fsync(fd)
         finally:
             os.close(fd)
         return plan.describe() if plan else None
 
     def _transfer(
-        self, uri: StorageUri, obj: RemoteObject, fd: int, plan: ChecksumPlan | None
+        self,
+        uri: StorageUri,
+        obj: RemoteObject,
+        fd: int,
+        plan: ChecksumPlan | None,
+        on_bytes: Callable[[int], None] | None = None,
     ) -> None:
         part = self._settings.part_size_bytes
         ranges = [(start, min(start + part, obj.size)) for start in range(0, obj.size, part)]
@@ -218,12 +231,17 @@ class S3Store:
                 pending.append(
                     self._executor.submit(self._get_range, uri, obj, fd, span, buffers, keep, stop)
                 )
+                lengths.append(span[1] - span[0])
 
+        lengths: deque[int] = deque()
         try:
             for _ in range(window):
                 submit_next()
             while pending:
                 kept = pending.popleft().result()
+                length = lengths.popleft()
+                if on_bytes is not None:
+                    on_bytes(length)
                 submit_next()
                 if hasher is not None and kept is not None:
                     buffer, length = kept

@@ -125,6 +125,8 @@ class FakeWorkers:
     """(worker id, model) -> the sequences the worker reports running."""
     silent_sequences: set[str] = dataclasses.field(default_factory=set)
     """worker ids that cannot be asked for live sequences (the call fails)."""
+    fetching: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    """model -> (bytes fetched, bytes needed) the worker reports for a load under way."""
 
     async def load(self, worker: WorkerRecord, model: ModelRecord) -> LoadReport:
         if self.load_gate is not None:
@@ -161,6 +163,9 @@ class FakeWorkers:
         if worker.id in self.fail_wakes:
             raise WorkerCallError(worker=worker.id, reason="connection reset")
         self.events.append(("wake", worker.id, model))
+
+    async def fetch_progress(self, worker: WorkerRecord, model: str) -> tuple[int, int] | None:
+        return self.fetching.get(model)
 
     async def live_sequences(self, worker: WorkerRecord, model: str) -> int:
         if worker.id in self.silent_sequences:

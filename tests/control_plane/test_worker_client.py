@@ -164,3 +164,41 @@ async def test_a_name_is_one_path_segment_in_every_worker_url():
         b"/v2/repository/models/a%2Fb%3Fc%23d%20e/load",
         b"/v2/repository/models/a%2Fb%3Fc%23d%20e/unload",
     ]
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "expected"),
+    [
+        pytest.param(
+            200,
+            {"name": "m", "fetching": True, "bytes_fetched": 5, "bytes_total": 9},
+            (5, 9),
+            id="fetching",
+        ),
+        pytest.param(
+            200,
+            {"name": "m", "fetching": False, "bytes_fetched": None, "bytes_total": None},
+            None,
+            id="not-fetching",
+        ),
+        pytest.param(404, {"error": "Not Found"}, None, id="older-worker"),
+        pytest.param(200, {"fetching": True, "bytes_fetched": "5"}, None, id="malformed"),
+        pytest.param(200, None, None, id="not-json"),
+    ],
+)
+async def test_fetch_progress_is_read_when_the_worker_says_and_none_otherwise(
+    status: int, answer: dict[str, object] | None, expected: tuple[int, int] | None
+):
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v2/repository/models/m/progress"
+        if answer is None:
+            return httpx.Response(status, content=b"<html>")
+        return httpx.Response(status, json=answer)
+
+    client = WorkerClient(
+        load_timeout_s=5, unload_timeout_s=5, transport=httpx.MockTransport(handle)
+    )
+    try:
+        assert await client.fetch_progress(WORKER, "m") == expected
+    finally:
+        await client.close()

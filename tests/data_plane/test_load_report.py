@@ -36,6 +36,15 @@ async def test_a_local_folder_is_read_in_place(tmp_path: Path):
         assert report["cache"] == "local"
         assert report["bytes_fetched"] == 0
         assert report["fetch_s"] >= 0
+        # A load that downloads nothing (and one that is over) has no progress to show.
+        progress = await client.get("/v2/repository/models/mlp/progress")
+        assert progress.status_code == 200
+        assert progress.json() == {
+            "name": "mlp",
+            "fetching": False,
+            "bytes_fetched": None,
+            "bytes_total": None,
+        }
 
 
 async def test_s3_first_load_misses_and_the_next_one_hits(

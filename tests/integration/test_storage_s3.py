@@ -12,6 +12,7 @@ import io
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from data_plane.storage import (
     create_s3_client,
     parse_storage_uri,
 )
+from data_plane.storage.s3 import S3Store
 from runtimes.base import RuntimeOptions
 from runtimes.cache.engines import EngineCache
 from runtimes.onnx import OnnxRuntime
@@ -376,3 +378,30 @@ async def test_onnx_model_second_load_reads_disk_third_skips_the_build(
                 hits.append((cached.fetched_bytes == 0, runtime.engine_cache_hit))
         np.testing.assert_allclose(out["OUTPUT0"], expected, rtol=1e-4, atol=1e-5)
     assert hits == [(False, False), (True, True)]
+
+
+async def test_a_download_reports_each_part_and_the_cache_how_far_it_has_come(
+    tmp_path: Path, moto: MotoServer, bucket: str
+) -> None:
+    files = model_files(size=MIB + 12345, seed=5)
+    put_model(moto.client(), bucket, "progress", files)
+    settings = CacheSettings(
+        root=tmp_path / "cache", max_bytes=256 * MIB, part_size_bytes=PART, concurrency=2
+    )
+    client = create_s3_client(settings, endpoint_url=moto.url, region_name=REGION, **CREDENTIALS)
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        store = S3Store(client, settings, executor)
+        (obj,) = [o for o in store.list_model(uri(bucket, "progress")).objects if o.size > MIB]
+        seen: list[int] = []
+        store.download(uri(bucket, "progress"), obj, tmp_path / "model.onnx", on_bytes=seen.append)
+        store.close()
+    # Five 256 KiB ranges, in order, the last one short.
+    assert seen == [PART] * 4 + [obj.size - 4 * PART]
+    assert (tmp_path / "model.onnx").read_bytes() == files["1/model.onnx"]
+
+    async with open_cache(tmp_path / "cache", moto.url) as cache:
+        assert cache.fetch_progress("progress") is None
+        with await cache.fetch(uri(bucket, "progress"), model="progress") as cached:
+            assert cached.fetched_bytes == sum(len(d) for d in files.values())
+        # Only a download under way has progress: this one has ended.
+        assert cache.fetch_progress("progress") is None
