@@ -37,7 +37,7 @@ def test_too_few_points_give_no_forecast(series):
 @pytest.mark.parametrize("seed", range(20))
 def test_noise_gives_a_forecast_inside_the_clamp(seed):
     series = np.random.default_rng(seed).lognormal(np.log(6 * H), 1.0, 32)
-    predicted = forecast_next(series)
+    predicted = forecast_next(series.tolist())
     assert predicted is not None
     assert series.min() / 2 <= predicted <= 2 * series.max()
 
