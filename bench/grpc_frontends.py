@@ -38,12 +38,10 @@ if __name__ == "__main__" and not __package__:
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from bench import h2load, machine, report
-from bench.grpc_contenders import Contender, Servers, check_answers, write_repository
+from bench.grpc_contenders import Contender, Servers, check_answers, start_triton, write_repository
 from bench.grpc_echo import run_echo
 from bench.grpc_points import Point, measure, summary
-from bench.python_backend import onnxruntime_for_triton
 from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
-from bench.triton_server import TritonServer, run_triton, triton_install
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 FRONTENDS: Final = ("aio", "h2corn")
@@ -114,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_echo(port, workdir / f"echo-{frontend}.log", frontend)
                 )
                 echoes[frontend] = (echo.pid, f"127.0.0.1:{port}")
-            triton = _start_triton(args, stack, workdir, repository)
+            triton = start_triton(args, stack, workdir, repository)
             contenders = [c for c in CONTENDERS if triton is not None or c.server != "triton"]
             pid, address, http_port = zeroserve["aio"]
             servers = stack.enter_context(
@@ -156,30 +154,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"results: {path.relative_to(REPO_ROOT)}")
     print(f"load average before {load_before}, after {machine.load_average()}")
     return 0
-
-
-def _start_triton(
-    args: argparse.Namespace, stack: contextlib.ExitStack, workdir: Path, repository: Path
-) -> TritonServer | None:
-    if args.no_triton:
-        print("real Triton left out (--no-triton)")
-        return None
-    install = triton_install()
-    if isinstance(install, str):
-        print(f"real Triton not run: {install}")
-        return None
-    stack.enter_context(onnxruntime_for_triton(workdir / "ort"))
-    server: TritonServer = stack.enter_context(
-        run_triton(
-            install,
-            repository,
-            workdir,
-            "--model-control-mode=explicit",
-            "--load-model=mlp_triton",
-            "--log-verbose=0",
-        )
-    )
-    return server
 
 
 def table(medians: dict[str, Any], concurrency: list[int], contenders: list[Contender]) -> str:

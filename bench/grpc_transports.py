@@ -51,12 +51,10 @@ if __name__ == "__main__" and not __package__:
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from bench import h2load, machine, report
-from bench.grpc_contenders import CONTENDERS, Servers, check_answers, write_repository
+from bench.grpc_contenders import CONTENDERS, Servers, check_answers, start_triton, write_repository
 from bench.grpc_echo import run_echo
 from bench.grpc_points import Point, measure, summary, tables, targets
-from bench.python_backend import onnxruntime_for_triton
 from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
-from bench.triton_server import TritonServer, run_triton, triton_install
 
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 ZEROSERVE_MODELS: Final = ("light", "mlp_triton", "mlp_inprocess")
@@ -130,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             zeroserve = stack.enter_context(
                 ServerProcess(command, http_port, workdir / "zeroserve.log")
             )
-            triton = _start_triton(args, stack, workdir, repository)
+            triton = start_triton(args, stack, workdir, repository)
             echo_port = free_port()
             echo = stack.enter_context(run_echo(echo_port, workdir / "echo.log"))
             servers = stack.enter_context(
@@ -164,31 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         path = _save(args, started_utc, client_name, points, medians, judged, text, command)
         print(f"results: {path.relative_to(REPO_ROOT)}")
     return 0
-
-
-def _start_triton(
-    args: argparse.Namespace, stack: contextlib.ExitStack, workdir: Path, repository: Path
-) -> TritonServer | None:
-    """Real Triton serving the Python model (only it: explicit mode), or None (said why)."""
-    if args.no_triton:
-        print("real Triton left out (--no-triton)")
-        return None
-    install = triton_install()
-    if isinstance(install, str):
-        print(f"real Triton not run: {install}")
-        return None
-    stack.enter_context(onnxruntime_for_triton(workdir / "ort"))
-    server: TritonServer = stack.enter_context(
-        run_triton(
-            install,
-            repository,
-            workdir,
-            "--model-control-mode=explicit",
-            "--load-model=mlp_triton",
-            "--log-verbose=0",
-        )
-    )
-    return server
 
 
 def _save(
