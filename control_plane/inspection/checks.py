@@ -186,7 +186,7 @@ def _check(registration: Registration, files: ModelFiles) -> None:
                 f"'{registration.pool}'; available backends: {sorted(backends)}"
             )
     try:
-        selected = _versions_to_load(versions, config, name)
+        selected = model_config.select_versions(versions, config, name)
         for tensor in config.output:
             if tensor.label_filename and not listing.has(tensor.label_filename):
                 raise model_config.ConfigError(
@@ -289,24 +289,6 @@ def _backend(config: ModelConfig, listing: StoredListing, newest_dir: str) -> st
         f"{newest_dir} holds files of several backends ({', '.join(sorted(found))}); "
         "set backend in config.pbtxt"
     )
-
-
-def _versions_to_load(available: list[int], config: ModelConfig, name: str) -> list[int]:
-    """``model_config.versions_to_load`` over listed version numbers."""
-    ordered = sorted(available)
-    policy = config.version_policy
-    if policy.HasField("all"):
-        chosen = ordered
-    elif policy.HasField("specific"):
-        wanted = set(policy.specific.versions)
-        chosen = [v for v in ordered if v in wanted]
-    else:
-        chosen = ordered[-max(policy.latest.num_versions, 1) :] if ordered else []
-    if not chosen:
-        raise model_config.ConfigError(
-            f"at least one version must be available under the version policy of model '{name}'"
-        )
-    return chosen
 
 
 def _missing_model_file(
