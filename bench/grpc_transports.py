@@ -36,27 +36,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import signal
-import socket
 import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 if __name__ == "__main__" and not __package__:
     # Run as a script, sys.path[0] is bench/, where this very file would shadow the grpc
     # package: the repository root takes its place.
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from bench import h2load, machine, report
+from bench import h2load
 from bench.grpc_contenders import CONTENDERS, Servers, check_answers, start_triton, write_repository
 from bench.grpc_echo import run_echo
-from bench.grpc_points import Point, measure, summary, tables, targets
+from bench.grpc_points import Point, measure, save_results, summary, tables, targets
 from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
 
-RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 ZEROSERVE_MODELS: Final = ("light", "mlp_triton", "mlp_inprocess")
 
 
@@ -159,45 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     for line in judged["lines"]:
         print(line)
     if not args.no_save:
-        path = _save(args, started_utc, client_name, points, medians, judged, text, command)
+        path = save_results(
+            args,
+            started_utc,
+            "grpc",
+            "bench.grpc_transports",
+            CONTENDERS,
+            client_name,
+            points,
+            medians,
+            text,
+            {"zeroserve_command": command, "targets": judged},
+        )
         print(f"results: {path.relative_to(REPO_ROOT)}")
     return 0
-
-
-def _save(
-    args: argparse.Namespace,
-    started_utc: datetime,
-    client_name: str,
-    points: list[Point],
-    medians: dict[str, Any],
-    judged: dict[str, Any],
-    text: str,
-    zeroserve_command: list[str],
-) -> Path:
-    stamp = started_utc.strftime("%Y-%m-%dT%H%M%SZ")
-    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.tag or socket.gethostname()).strip("-") or "host"
-    document: dict[str, Any] = {
-        "benchmark": "grpc",
-        "started_utc": started_utc.isoformat(),
-        "command": ["python", "-m", "bench.grpc_transports", *sys.argv[1:]],
-        "settings": {
-            "concurrency": args.concurrency,
-            "repeats": args.repeats,
-            "duration_s": args.duration_s,
-            "warmup_s": args.warmup_s,
-            "streams_per_connection": args.streams_per_connection,
-        },
-        "contenders": {c.key: c.describe() for c in CONTENDERS},
-        "zeroserve_command": zeroserve_command,
-        "machine": machine.describe(REPO_ROOT, load_generator=client_name),
-        "points": [p.to_json() for p in points],
-        "medians": medians,
-        "targets": judged,
-        "table": text,
-    }
-    path = RESULTS_DIR / f"{stamp}-{tag}-grpc.json"
-    report.write_json(path, document)
-    return path
 
 
 if __name__ == "__main__":
