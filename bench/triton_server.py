@@ -47,6 +47,23 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 INSTALL_TIMEOUT_S = 600.0
 
+ADD_SUB_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+"""Triton's "simple" model as a Python-backend ``model.py``: ``OUTPUT0 = INPUT0 + INPUT1``,
+``OUTPUT1 = INPUT0 - INPUT1``."""
+
 
 def cache_dir() -> Path:
     """Where the unpacked wheel and the stub's numpy live between runs."""
