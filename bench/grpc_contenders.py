@@ -17,6 +17,8 @@ server's ModelStatistics success count.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +39,7 @@ from bench.models import (
     write_repository as write_mlp_repository,
 )
 from bench.server import infer_once
-from bench.triton_server import TritonServer
+from bench.triton_server import TritonServer, run_triton, triton_install
 from foundation.proto import grpc_service_pb2 as pb
 from zeroserve.bench import (
     GrpcTarget,
@@ -115,6 +117,35 @@ def write_repository(workdir: Path) -> Path:
     python_backend.write_repository(root)
     write_mlp_repository(root, [SPEC], max_queue_delay_us=0)
     return root
+
+
+def start_triton(
+    args: argparse.Namespace, stack: contextlib.ExitStack, workdir: Path, repository: Path
+) -> TritonServer | None:
+    """Real Triton serving the Python model (only it: explicit mode), or None (said why).
+
+    ``args.no_triton`` leaves it out; the server and the ONNX Runtime it borrows stop with
+    ``stack``.
+    """
+    if args.no_triton:
+        print("real Triton left out (--no-triton)")
+        return None
+    install = triton_install()
+    if isinstance(install, str):
+        print(f"real Triton not run: {install}")
+        return None
+    stack.enter_context(python_backend.onnxruntime_for_triton(workdir / "ort"))
+    server: TritonServer = stack.enter_context(
+        run_triton(
+            install,
+            repository,
+            workdir,
+            "--model-control-mode=explicit",
+            "--load-model=mlp_triton",
+            "--log-verbose=0",
+        )
+    )
+    return server
 
 
 class Servers:

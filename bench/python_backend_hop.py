@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import uvloop
 
+from bench.triton_server import ADD_SUB_MODEL
 from foundation import model_config
 from runtimes.base import RuntimeOptions
 from runtimes.model_request import ModelRequest, RequestContext
@@ -46,19 +47,6 @@ input [ { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
 instance_group [ { kind: KIND_CPU } ]
-"""
-MODEL = """import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
-            responses.append(pb_utils.InferenceResponse(outputs))
-        return responses
 """
 
 
@@ -76,7 +64,7 @@ async def measure(calls: int, rounds: int, warmup: int) -> list[dict[str, float]
         model_dir = Path(tmp) / "add_sub"
         (model_dir / "1").mkdir(parents=True)
         (model_dir / "config.pbtxt").write_text(CONFIG)
-        (model_dir / "1" / "model.py").write_text(MODEL)
+        (model_dir / "1" / "model.py").write_text(ADD_SUB_MODEL)
         config = model_config.read_config_file(model_dir)
         assert config is not None
         PythonRuntime.complete_config(model_dir / "1", config)

@@ -17,7 +17,6 @@ stops it on exit, whatever happens.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import signal
@@ -33,6 +32,8 @@ from pathlib import Path
 
 import httpx
 
+from bench import wheel_cache
+
 PYTRITON_VERSION = "0.7.0"
 """The nvidia-pytriton release that ships Triton 2.51 (release r24.10)."""
 SYSTEM_PYTHON = Path("/usr/bin/python3.11")
@@ -46,11 +47,27 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 INSTALL_TIMEOUT_S = 600.0
 
+ADD_SUB_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
+            responses.append(pb_utils.InferenceResponse(outputs))
+        return responses
+"""
+"""Triton's "simple" model as a Python-backend ``model.py``: ``OUTPUT0 = INPUT0 + INPUT1``,
+``OUTPUT1 = INPUT0 - INPUT1``."""
+
 
 def cache_dir() -> Path:
     """Where the unpacked wheel and the stub's numpy live between runs."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "zeroserve" / f"triton-oracle-{PYTRITON_VERSION}"
+    return wheel_cache.cache_dir(f"triton-oracle-{PYTRITON_VERSION}")
 
 
 @dataclass(frozen=True)
@@ -140,24 +157,18 @@ def _make_numpy_visible(cache: Path) -> str | None:
 def _unpack(cache: Path) -> str | None:
     download = cache / "download"
     download.mkdir(parents=True, exist_ok=True)
-    wheels = list(download.glob(f"nvidia_pytriton-{PYTRITON_VERSION}-*.whl"))
-    if not wheels:
-        done = _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--dest",
-                str(download),
-                f"nvidia-pytriton=={PYTRITON_VERSION}",
-            ]
+    pattern = f"nvidia_pytriton-{PYTRITON_VERSION}-*.whl"
+    if not list(download.glob(pattern)):
+        reason = wheel_cache.pip_download(
+            download,
+            f"nvidia-pytriton=={PYTRITON_VERSION}",
+            pattern,
+            only_binary=False,
+            timeout_s=INSTALL_TIMEOUT_S,
         )
-        wheels = list(download.glob(f"nvidia_pytriton-{PYTRITON_VERSION}-*.whl"))
-        if done.returncode != 0 or not wheels:
-            return f"pip download nvidia-pytriton=={PYTRITON_VERSION} failed: {done.stderr[-500:]}"
+        if reason is not None:
+            return reason
+    wheels = list(download.glob(pattern))
     staging = cache / "unpacking"
     shutil.rmtree(staging, ignore_errors=True)
     with zipfile.ZipFile(wheels[0]) as wheel:
@@ -188,11 +199,7 @@ def triton_install() -> TritonInstall | str:
     cache = cache_dir()
     install = TritonInstall(cache / "wheel")
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        # Test processes running side by side (pytest-xdist) share the cache folder: one
-        # installs while the others wait, then finds it complete.
-        with (cache / ".install.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with wheel_cache.install_lock(cache):
             if not install.is_complete():
                 reason = _unpack(cache)
                 if reason is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -454,24 +454,30 @@ def versions_to_load(model_dir: Path, config: ModelConfig) -> list[int]:
     Version folders have integer names; names with a leading zero (other than ``0``) are
     ignored, as Triton ignores them.
     """
-    available = sorted(
+    available = [
         int(entry.name)
         for entry in model_dir.iterdir()
         if entry.is_dir()
         and is_version(entry.name)
         and (entry.name == "0" or not entry.name.startswith("0"))
-    )
+    ]
+    return select_versions(available, config, config.name)
+
+
+def select_versions(available: Iterable[int], config: ModelConfig, name: str) -> list[int]:
+    """The version numbers among ``available`` that the config's version policy selects,
+    ascending; ConfigError (naming model ``name``) when it selects none."""
+    ordered = sorted(available)
     policy = config.version_policy
     if policy.HasField("all"):
-        chosen = available
+        chosen = ordered
     elif policy.HasField("specific"):
         wanted = set(policy.specific.versions)
-        chosen = [v for v in available if v in wanted]
+        chosen = [v for v in ordered if v in wanted]
     else:
-        chosen = available[-max(policy.latest.num_versions, 1) :] if available else []
+        chosen = ordered[-max(policy.latest.num_versions, 1) :] if ordered else []
     if not chosen:
         raise ConfigError(
-            "at least one version must be available under the version policy of model "
-            f"'{config.name}'"
+            f"at least one version must be available under the version policy of model '{name}'"
         )
     return chosen

@@ -10,8 +10,8 @@ at import time, so this module imports without the extras.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Collection, Mapping
+from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import Final
 
@@ -169,29 +169,40 @@ def _from_config(config: ModelConfig) -> type[ModelRuntime] | None:
 
 
 def _from_files(config: ModelConfig, version_dir: Path | None) -> type[ModelRuntime]:
+    if version_dir is None:
+        if config.default_model_filename:
+            return file_runtime_class(config, (), "")
+        raise ValueError("the configuration names no backend or platform; set backend")
+    present = [name for name in _DEFAULT_FILES if (version_dir / name).is_file()]
+    return file_runtime_class(config, present, str(version_dir))
+
+
+def file_runtime_class(
+    config: ModelConfig, present: Collection[str], folder: str
+) -> type[ModelRuntime]:
+    """The runtime class the files choose when ``config`` names no backend or platform:
+    ``default_model_filename``'s suffix, else the default file names among ``present`` (the
+    file names in the version folder ``folder``, which messages name). Looks at no file and
+    needs no engine installed; raises ValueError as :func:`runtime_class_for` does."""
     if config.default_model_filename:
-        runtime = _SUFFIXES.get(Path(config.default_model_filename).suffix)
+        runtime = _SUFFIXES.get(PurePosixPath(config.default_model_filename).suffix)
         if runtime is None:
             raise ValueError(
                 f"cannot tell the backend of default_model_filename "
                 f"{config.default_model_filename!r}; set backend in config.pbtxt"
             )
         return runtime
-    if version_dir is None:
-        raise ValueError("the configuration names no backend or platform; set backend")
-    found = {
-        name: runtime for name, runtime in _DEFAULT_FILES.items() if (version_dir / name).is_file()
-    }
+    found = {name: runtime for name, runtime in _DEFAULT_FILES.items() if name in present}
     runtimes = set(found.values())
     if len(runtimes) == 1:
         return runtimes.pop()
     if not runtimes:
         raise ValueError(
-            f"no backend or platform in the configuration and no model file in {version_dir} "
+            f"no backend or platform in the configuration and no model file in {folder} "
             f"(looked for {', '.join(_DEFAULT_FILES)})"
         )
     raise ValueError(
-        f"{version_dir} holds files of several backends ({', '.join(sorted(found))}); "
+        f"{folder} holds files of several backends ({', '.join(sorted(found))}); "
         "set backend in config.pbtxt"
     )
 

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from bench.triton_server import (
+    ADD_SUB_MODEL,
     PYTRITON_VERSION,
     TritonInstall,
     TritonServer,
@@ -62,23 +63,6 @@ class TritonPythonModel:
         return responses
 """
 """A Python-backend ``model.py`` in Triton's form: ``OUTPUT0 = INPUT0``."""
-
-ADD_SUB_MODEL = """\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
-            outputs = [pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]
-            responses.append(pb_utils.InferenceResponse(outputs))
-        return responses
-"""
-"""Triton's "simple" model as a Python-backend ``model.py``: ``OUTPUT0 = INPUT0 + INPUT1``,
-``OUTPUT1 = INPUT0 - INPUT1``."""
 
 
 def write_python_backend_model(

@@ -5,23 +5,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from control_plane.api import keys, schemas
-from control_plane.api.bodies import read_json
+from control_plane.api.bodies import read_json, validate
 from control_plane.api.service import AdminService
 from control_plane.errors import InvalidInputError, SchemaValidationError
 
 __all__ = ["routes"]
-
-_T = TypeVar("_T", bound=BaseModel)
 
 
 def _service(request: Request) -> AdminService:
@@ -41,17 +39,6 @@ async def _body(request: Request) -> dict[str, Any]:
     return await read_json(request)
 
 
-def _validate(model: type[_T], doc: dict[str, Any], request: Request) -> _T:
-    context = {
-        "allowed_storage": request.state.allowed_storage,
-        "allow_model_code": request.state.allow_model_code,
-    }
-    try:
-        return model.model_validate(doc, context=context)
-    except ValidationError as exc:
-        raise schemas.schema_error(exc) from None
-
-
 async def list_models(request: Request) -> Response:
     return _view(await _service(request).list_models())
 
@@ -65,7 +52,7 @@ def _dry_run(request: Request) -> bool:
 
 async def create_model(request: Request) -> Response:
     dry_run = _dry_run(request)
-    body = _validate(schemas.ModelCreate, await _body(request), request)
+    body = validate(schemas.ModelCreate, await _body(request), request)
     view = await _service(request).register(body, dry_run=dry_run)
     return _view(view, 200 if dry_run else 201)
 
@@ -76,7 +63,7 @@ async def get_model(request: Request) -> Response:
 
 async def update_model(request: Request) -> Response:
     dry_run = _dry_run(request)
-    patch = _validate(schemas.ModelPatch, await _body(request), request)
+    patch = validate(schemas.ModelPatch, await _body(request), request)
     return _view(
         await _service(request).update(request.path_params["name"], patch, dry_run=dry_run)
     )

@@ -24,6 +24,7 @@ from control_plane.errors import InvalidRegistrationError, RegistrationCheckUnav
 from control_plane.inspection.files import LocationError, ModelFiles, StoredListing
 from foundation import ensemble_config, model_config
 from foundation.proto.model_config_pb2 import DataType, ModelConfig
+from runtimes import registry
 
 __all__ = ["SMALL_FILE_MAX_BYTES", "Registration", "check_registration", "poll_error"]
 
@@ -39,26 +40,6 @@ _HF_CONFIG: Final = "config.json"
 _LLM_BACKENDS: Final = ("transformers", "vllm")
 _CODE_BACKENDS: Final = ("python", "pytorch")
 
-# What a worker's runtime registry knows (runtimes.registry), by name only, so that a
-# check needs none of the engines installed.
-_BACKEND_NAMES: Final = ("onnxruntime", "python", "pytorch", "transformers", "vllm")
-_PLATFORMS: Final[Mapping[str, str]] = {
-    "onnxruntime_onnx": "onnxruntime",
-    "pytorch_libtorch": "pytorch",
-    "pytorch_export": "pytorch",
-}
-_SUFFIXES: Final[Mapping[str, str]] = {
-    ".onnx": "onnxruntime",
-    ".pt": "pytorch",
-    ".pt2": "pytorch",
-    ".py": "python",
-}
-_DEFAULT_FILES: Final[Mapping[str, str]] = {
-    "model.onnx": "onnxruntime",
-    "model.pt": "pytorch",
-    "model.pt2": "pytorch",
-    "model.py": "python",
-}
 _MODEL_FILES: Final[Mapping[str, tuple[str, ...]]] = {
     "onnxruntime": ("model.onnx",),
     "pytorch": ("model.pt", "model.pt2"),
@@ -186,7 +167,7 @@ def _check(registration: Registration, files: ModelFiles) -> None:
                 f"'{registration.pool}'; available backends: {sorted(backends)}"
             )
     try:
-        selected = _versions_to_load(versions, config, name)
+        selected = model_config.select_versions(versions, config, name)
         for tensor in config.output:
             if tensor.label_filename and not listing.has(tensor.label_filename):
                 raise model_config.ConfigError(
@@ -243,70 +224,13 @@ def _version_names(listing: StoredListing) -> list[str]:
     return sorted(names)
 
 
-def _backend(config: ModelConfig, listing: StoredListing, newest_dir: str) -> str | None:
-    """The backend the worker's runtime registry would choose; ValueError in its words."""
-    by_backend = by_platform = None
-    if config.backend:
-        if config.backend not in _BACKEND_NAMES:
-            raise ValueError(
-                f"unknown backend {config.backend!r}; supported backends: {list(_BACKEND_NAMES)}"
-            )
-        by_backend = config.backend
-    if config.platform:
-        by_platform = _PLATFORMS.get(config.platform)
-        if by_platform is None:
-            raise ValueError(
-                f"unsupported platform {config.platform!r}; supported platforms: "
-                f"{sorted(_PLATFORMS)} (or set backend: {list(_BACKEND_NAMES)})"
-            )
-    if by_backend is not None and by_platform is not None and by_backend != by_platform:
-        raise ValueError(
-            f"backend {config.backend!r} and platform {config.platform!r} disagree; "
-            "set only one of them"
-        )
-    if by_backend or by_platform:
-        return by_backend or by_platform
-    if config.default_model_filename:
-        kind = _SUFFIXES.get(PurePosixPath(config.default_model_filename).suffix)
-        if kind is None:
-            raise ValueError(
-                f"cannot tell the backend of default_model_filename "
-                f"{config.default_model_filename!r}; set backend in config.pbtxt"
-            )
-        return kind
-    newest = newest_dir.rsplit("/", 1)[-1]
-    present = set(listing.files_under(newest))
-    found = {file: kind for file, kind in _DEFAULT_FILES.items() if file in present}
-    kinds = set(found.values())
-    if len(kinds) == 1:
-        return kinds.pop()
-    if not kinds:
-        raise ValueError(
-            f"no backend or platform in the configuration and no model file in {newest_dir} "
-            f"(looked for {', '.join(_DEFAULT_FILES)})"
-        )
-    raise ValueError(
-        f"{newest_dir} holds files of several backends ({', '.join(sorted(found))}); "
-        "set backend in config.pbtxt"
-    )
-
-
-def _versions_to_load(available: list[int], config: ModelConfig, name: str) -> list[int]:
-    """``model_config.versions_to_load`` over listed version numbers."""
-    ordered = sorted(available)
-    policy = config.version_policy
-    if policy.HasField("all"):
-        chosen = ordered
-    elif policy.HasField("specific"):
-        wanted = set(policy.specific.versions)
-        chosen = [v for v in ordered if v in wanted]
-    else:
-        chosen = ordered[-max(policy.latest.num_versions, 1) :] if ordered else []
-    if not chosen:
-        raise model_config.ConfigError(
-            f"at least one version must be available under the version policy of model '{name}'"
-        )
-    return chosen
+def _backend(config: ModelConfig, listing: StoredListing, newest_dir: str) -> str:
+    """The backend the worker's runtime registry chooses; ValueError in its words."""
+    runtime = registry.named_runtime_class(config)
+    if runtime is None:
+        newest = newest_dir.rsplit("/", 1)[-1]
+        runtime = registry.file_runtime_class(config, listing.files_under(newest), newest_dir)
+    return runtime.kind
 
 
 def _missing_model_file(

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -22,6 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from control_plane.api import keys as api_keys, schemas
+from control_plane.api.bodies import validate
 from control_plane.api.console import timeline
 from control_plane.api.console.guard import COOKIE
 from control_plane.api.console.session import SessionKeys
@@ -222,23 +223,12 @@ def _registration(fields: dict[str, str], request: Request) -> schemas.ModelCrea
     scaling = _scaling_fields(fields)
     if scaling:
         doc["scaling"] = scaling
-    return _validate(schemas.ModelCreate, doc, request)
+    return validate(schemas.ModelCreate, doc, request)
 
 
 def _scaling_fields(fields: dict[str, str]) -> dict[str, str]:
     names = ("min_replicas", "max_replicas", "target_concurrency", "idle_timeout_s")
     return {name: fields[name].strip() for name in names if fields.get(name, "").strip()}
-
-
-def _validate(model: type[_T], doc: dict[str, Any], request: Request) -> _T:
-    context = {
-        "allowed_storage": request.state.allowed_storage,
-        "allow_model_code": request.state.allow_model_code,
-    }
-    try:
-        return model.model_validate(doc, context=context)
-    except ValidationError as exc:
-        raise schemas.schema_error(exc) from None
 
 
 async def model_page(request: Request) -> Response:
@@ -277,7 +267,7 @@ async def model_action(request: Request) -> Response:
             await service.unload(name)
             return _back(page, msg=f"unloaded {name}")
         if action == "scaling":
-            patch = _validate(schemas.ModelPatch, {"scaling": _scaling_fields(fields)}, request)
+            patch = validate(schemas.ModelPatch, {"scaling": _scaling_fields(fields)}, request)
             await service.update(name, patch)
             return _back(page, msg="scaling changed")
         if action == "delete":
@@ -325,7 +315,7 @@ async def create_key(request: Request) -> Response:
     except _CsrfError as exc:
         return _refused(exc)
     try:
-        body = _validate(api_keys.KeyCreate, _key_fields(fields), request)
+        body = validate(api_keys.KeyCreate, _key_fields(fields), request)
         created = await api_keys.create(_key_service(request), body)
     except ZeroserveError as exc:
         return _back("/console/keys", error=exc.message)
