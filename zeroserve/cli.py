@@ -499,54 +499,7 @@ def _models_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         required=True,
         help="where the model's folder is: s3://bucket/prefix or a path on this machine",
     )
-    register.add_argument("--backend", default=None, help="Triton backend, e.g. onnxruntime")
-    register.add_argument("--platform", default=None, help="Triton platform")
-    register.add_argument(
-        "--config", default=None, help="Triton ModelConfig as JSON, or @file.json"
-    )
-    register.add_argument("--min-replicas", type=int, default=None, help="0 = scale to zero")
-    register.add_argument(
-        "--max-replicas", type=int, default=None, help="most replicas at once (default 1)"
-    )
-    register.add_argument(
-        "--target-concurrency",
-        type=float,
-        default=None,
-        help="requests in flight per replica the autoscaler aims for (default 8)",
-    )
-    register.add_argument(
-        "--idle-timeout-s",
-        type=float,
-        default=None,
-        help="seconds without a request before the model unloads (default 300)",
-    )
-    register.add_argument(
-        "--sleep-after-s", type=float, default=None, help="LLMs: sleep when idle this long"
-    )
-    register.add_argument(
-        "--keep-alive",
-        dest="policy",
-        choices=["fixed", "adaptive"],
-        default=None,
-        help="keep-alive policy: fixed (idle-timeout) or adaptive (learned, pre-warms)",
-    )
-    register.add_argument(
-        "--device", choices=["cpu", "cuda"], default=None, help="where it runs (default cpu)"
-    )
-    register.add_argument(
-        "--memory-bytes",
-        type=int,
-        default=None,
-        help="memory one loaded replica takes, which places it (default 0: unknown)",
-    )
-    register.add_argument(
-        "--bls-model",
-        dest="bls_models",
-        action="append",
-        default=None,
-        metavar="NAME",
-        help="a model this one calls through BLS, placed with it (repeat for several)",
-    )
+    _model_fields(register, is_change=False)
     register.add_argument(
         "--dry-run",
         action="store_true",
@@ -657,6 +610,64 @@ def registration_body(args: argparse.Namespace) -> dict[str, object]:
     return body
 
 
+def _model_fields(parser: argparse.ArgumentParser, *, is_change: bool) -> None:
+    """The registration's fields beside name and storage, for ``models register`` and
+    ``models update``; ``is_change``: an option not given stays as it is, so the help names
+    no default."""
+
+    def default(text: str) -> str:
+        return "" if is_change else f" (default {text})"
+
+    parser.add_argument("--backend", default=None, help="Triton backend, e.g. onnxruntime")
+    parser.add_argument("--platform", default=None, help="Triton platform")
+    parser.add_argument("--config", default=None, help="Triton ModelConfig as JSON, or @file.json")
+    for option, kind, text in (
+        ("--min-replicas", int, "0 = scale to zero"),
+        ("--max-replicas", int, "most replicas at once" + default("1")),
+        (
+            "--target-concurrency",
+            float,
+            "requests in flight per replica the autoscaler aims for" + default("8"),
+        ),
+        (
+            "--idle-timeout-s",
+            float,
+            "seconds without a request before the model unloads" + default("300"),
+        ),
+        ("--sleep-after-s", float, "LLMs: sleep when idle this long (0: never)"),
+    ):
+        parser.add_argument(option, type=kind, default=None, help=text)
+    parser.add_argument(
+        "--keep-alive",
+        dest="policy",
+        choices=["fixed", "adaptive"],
+        default=None,
+        help="keep-alive policy: fixed (idle-timeout) or adaptive (learned, pre-warms)",
+    )
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default=None, help="where it runs" + default("cpu")
+    )
+    parser.add_argument(
+        "--memory-bytes",
+        type=int,
+        default=None,
+        help="memory one loaded replica takes, which places it" + default("0: unknown"),
+    )
+    parser.add_argument(
+        "--bls-model",
+        dest="bls_models",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help=(
+            "the models it calls through BLS, all of them"
+            if is_change
+            else "a model this one calls through BLS, placed with it"
+        )
+        + " (repeat for several)",
+    )
+
+
 def _update_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     update = actions.add_parser(
         "update",
@@ -667,36 +678,7 @@ def _update_parser(actions: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     update.add_argument("name", help="the model's name")
     update.add_argument("--storage-uri", default=None, help="a new place for its folder")
-    update.add_argument("--backend", default=None, help="Triton backend, e.g. onnxruntime")
-    update.add_argument("--platform", default=None, help="Triton platform")
-    update.add_argument("--config", default=None, help="Triton ModelConfig as JSON, or @file")
-    for option, kind, text in (
-        ("--min-replicas", int, "0 = scale to zero"),
-        ("--max-replicas", int, "most replicas at once"),
-        ("--target-concurrency", float, "requests in flight per replica to aim for"),
-        ("--idle-timeout-s", float, "seconds without a request before it unloads"),
-        ("--sleep-after-s", float, "LLMs: sleep when idle this long (0: never)"),
-    ):
-        update.add_argument(option, type=kind, default=None, help=text)
-    update.add_argument(
-        "--keep-alive",
-        dest="policy",
-        choices=["fixed", "adaptive"],
-        default=None,
-        help="keep-alive policy: fixed (idle-timeout) or adaptive (learned, pre-warms)",
-    )
-    update.add_argument("--device", choices=["cpu", "cuda"], default=None, help="where it runs")
-    update.add_argument(
-        "--memory-bytes", type=int, default=None, help="memory one loaded replica takes"
-    )
-    update.add_argument(
-        "--bls-model",
-        dest="bls_models",
-        action="append",
-        default=None,
-        metavar="NAME",
-        help="the models it calls through BLS, all of them (repeat for several)",
-    )
+    _model_fields(update, is_change=True)
     admin_options(update, nested=True)
 
 
