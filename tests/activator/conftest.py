@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -14,6 +13,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from activator.server import create_server
 from activator.settings import ActivatorSettings
 from foundation.serving import bind_socket
+from tests.uvicorn_server import serving
 
 START_TIMEOUT_S = 30.0
 
@@ -47,22 +47,5 @@ async def serve_app(app: Starlette, settings: ActivatorSettings) -> AsyncIterato
 async def serve_asgi(app: ASGIApp) -> AsyncIterator[str]:
     """Serve a plain ASGI ``app`` (a test upstream) without lifespan on a free port."""
     config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_config=None)
-    async with _serving(uvicorn.Server(config)) as url:
+    async with serving(uvicorn.Server(config)) as url:
         yield url
-
-
-@contextlib.asynccontextmanager
-async def _serving(server: uvicorn.Server) -> AsyncIterator[str]:
-    task = asyncio.create_task(server.serve())
-    try:
-        async with asyncio.timeout(START_TIMEOUT_S):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("server stopped during start-up")
-                await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task

@@ -26,6 +26,7 @@ from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
 from control_plane.store.memory import MemoryStateStore
 from tests.control_plane.fakes import Acting, FakeBackend, FakeWorkers, make_settings
+from tests.uvicorn_server import serving
 from zeroserve.cli import main
 from zeroserve.simulate import median_load_s
 
@@ -33,7 +34,6 @@ pytestmark = pytest.mark.anyio
 
 TOKEN = "test-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-START_TIMEOUT_S = 30.0
 
 
 @contextlib.asynccontextmanager
@@ -59,20 +59,10 @@ async def served_admin_api() -> AsyncIterator[str]:
         allowed_storage=settings.allowed_storage,
     )
     config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="on", log_config=None)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
     try:
-        async with asyncio.timeout(START_TIMEOUT_S):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise RuntimeError("the admin API stopped during start-up")
-                await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
+        async with serving(uvicorn.Server(config)) as url:
+            yield url
     finally:
-        server.should_exit = True
-        await task
         await orchestrator.close()
         await placer.close()
         await store.close()
