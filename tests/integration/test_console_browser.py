@@ -28,7 +28,10 @@ from tests.integration.test_platform_e2e import (
 from tests.models import write_python_model
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    NoAlertPresentException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 
@@ -105,8 +108,22 @@ def shot(browser: WebDriver, name: str) -> None:
 
 
 def text_of(browser: WebDriver, css: str) -> str:
-    found = browser.find_elements(By.CSS_SELECTOR, css)
-    return found[0].text if found else ""
+    """The first match's text; "" when none, or when the page replaced it as it was read (a
+    reload the page makes itself): callers poll, so the next read sees the new page."""
+    try:
+        found = browser.find_elements(By.CSS_SELECTOR, css)
+        return found[0].text if found else ""
+    except StaleElementReferenceException:
+        return ""
+
+
+def attribute_of(browser: WebDriver, element_id: str, name: str) -> str | None:
+    """``text_of`` for one attribute of the element with ``element_id``."""
+    try:
+        found = browser.find_elements(By.ID, element_id)
+        return found[0].get_attribute(name) if found else None
+    except StaleElementReferenceException:
+        return None
 
 
 def submit(browser: WebDriver, button_id: str) -> None:
@@ -179,13 +196,11 @@ def test_the_console_from_login_to_delete(platform: Platform, browser: WebDriver
         # The model takes seconds in initialize(): its load is seen while it runs.
         until(
             "the live activation",
-            lambda: (
-                browser.find_element(By.ID, "live-summary").get_attribute("data-outcome")
-                == "running"
-            ),
+            lambda: attribute_of(browser, "live-summary", "data-outcome") == "running",
         )
-        current = browser.find_element(By.ID, "live-summary").get_attribute("data-current")
-        assert current in ("worker_starting", "loading"), current
+        current = attribute_of(browser, "live-summary", "data-current")
+        # Read after "running", the page may already have ended the activation and reloaded.
+        assert current in ("worker_starting", "loading", None), current
         shot(browser, "model-activation-live")
         # Once it ends the page reloads and draws it.
         until("the loaded model", lambda: text_of(browser, "#state") == "ready")
@@ -193,7 +208,12 @@ def test_the_console_from_login_to_delete(platform: Platform, browser: WebDriver
     finally:
         if watch.poll() is None:
             watch.kill()
-            watch.wait()
+        watch.wait(timeout=WAIT_S)
+        # Closed on failure too: left open, their ResourceWarning fails whichever test runs
+        # when they are collected.
+        for pipe in (watch.stdout, watch.stderr):
+            if pipe is not None:
+                pipe.close()
     assert watch.returncode == 0, errors
     assert re.search(r"admin: (worker_starting|loading)", watched), watched
     assert re.search(r"admin: ready on \S+ in ", watched), watched
