@@ -27,6 +27,7 @@ process with py-spy under activator load instead and writes ``...-activator-prof
     python bench/activator.py --quick      # smoke run, under a minute
     python bench/activator.py --profile    # where the activator's time goes
     python bench/activator.py --keys       # API keys and quotas on against off
+    python bench/activator.py --keys --same  # the same, both platforms keys off: noise floor
 """
 
 from __future__ import annotations
@@ -137,10 +138,18 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="the activator's access log on against off, two platforms (otherwise it is on)",
     )
+    parser.add_argument(
+        "--same",
+        action="store_true",
+        help="with --keys or --access-log: start the measured platform as the base one (an "
+        "A/A run: what two identical platforms differ by, the noise floor of the comparison)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy the platform instead")
     parser.add_argument("--profile-rate", type=float, default=400.0)
     parser.add_argument("--top", type=int, default=30, help="functions per profile ranking")
     args = parser.parse_args(argv)
+    if args.same and not (args.keys or args.access_log):
+        parser.error("--same needs --keys or --access-log")
     if args.quick:
         args.duration, args.warmup, args.repeats, args.capacity_duration = 2.0, 0.5, 1, 2
         args.rates = "100,400"
@@ -212,11 +221,11 @@ def main(argv: list[str] | None = None) -> int:
                         workdir,
                         cache_dir=workdir / ("cache" if path == ACTIVATOR else f"cache-{path}"),
                         allowed_storage=(str(workdir / "models"),),
-                        env=_ENV[path],
+                        env=_ENV[roles.base if args.same else path],
                         name="platform" if path == ACTIVATOR else f"platform-{path}",
                     )
                 )
-            setup = _start_model(roles, platforms, model, spec, model_dir)
+            setup = _start_model(roles, platforms, model, spec, model_dir, keyed=not args.same)
             if args.profile:
                 return _profile(args, setup, stamp, tag)
             points, capacity = _measure(args, setup, loadgen)
@@ -232,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                     duration_s=args.capacity_duration,
                 )
     gate_cost = None
-    if args.keys:
+    if args.keys and not args.same:
         # After the platforms stopped: the in-process figure is taken on a quieter machine.
         gate_cost = gate_cost_module.measure()
     activator_capacity = statistics.median(capacity[roles.measured])
@@ -257,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_utc": started_utc.isoformat(timespec="seconds"),
         "wall_s": round(time.monotonic() - started, 1),
         "argv": sys.argv,
+        "same": args.same,
         "quick": args.quick,
         "machine": machine.describe(REPO_ROOT, load_generator=_client_name(loadgen)),
         "settings": {
@@ -300,7 +310,11 @@ def main(argv: list[str] | None = None) -> int:
         "targets": [asdict(t) | {"passed": t.passed} for t in targets],
     }
     if not args.no_save:
-        suffix = ("-keys" if args.keys else "") + ("-quick" if args.quick else "")
+        suffix = (
+            ("-keys" if args.keys else "-log" if args.access_log else "")
+            + ("-same" if args.same else "")
+            + ("-quick" if args.quick else "")
+        )
         saved = RESULTS_DIR / f"{stamp}-{tag}-activator{suffix}.json"
         report.write_json(saved, document)
         print(f"\nresults: {saved.relative_to(REPO_ROOT)} ({document['wall_s']:.0f} s)")
@@ -324,10 +338,13 @@ def _start_model(
     model: str,
     spec: models.MlpSpec,
     model_dir: Path,
+    *,
+    keyed: bool = True,
 ) -> _Setup:
     """Register the model with one replica on each platform, wait for it, and check every
     way's answers. Plain: the way through the activator and the way straight to its worker;
-    with keys: each platform's activator, the keyed one with its key."""
+    with keys: each platform's activator, the keyed one with its key (none when not
+    ``keyed``: an A/A run)."""
     ways: dict[str, _Way] = {}
     for path, platform in platforms.items():
         platform.register(model, str(model_dir), {"min_replicas": 1, "max_replicas": 1})
@@ -335,7 +352,7 @@ def _start_model(
         [worker] = [w for w in platform.workers() if model in w["models"]]
         worker_pid = int(worker["details"]["pid"])
         headers: tuple[tuple[str, str], ...] = ()
-        if path == KEYS_ON:
+        if path == KEYS_ON and keyed:
             key = {"name": "bench", "models": [model], "limits": KEY_LIMITS}
             created = platform.admin("POST", "/keys", key, expect=(201,))
             headers = (("Authorization", f"Bearer {created['key']}"),)

@@ -9,7 +9,8 @@ The model is :mod:`bench.python_backend`'s light MLP (ONNX Runtime inside ``mode
 (d) ``triton``: the same ``model.py`` as (a) in Triton 2.51's Python backend.
 
 Batch-1 requests (perf_analyzer's binary tensors over HTTP), sync mode unless ``--async``;
-for each repeat, protocol and concurrency the contenders run one after the other in an
+for each repeat, variant (protocol; tensors in the requests or in system shared memory) and
+concurrency the contenders run one after the other in an
 order rotated by the repeat, so that drifting machine load hits each the same; the tables
 give the medians of the repeats, with the load average beside each point.
 
@@ -30,7 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from bench.perf_analyzer import Protocol, perf_analyzer_install, run_point
 from bench.python_backend import (
@@ -51,13 +52,20 @@ MODELS: Final = {
     "zeroserve_onnx": "mlp_onnx",
     "triton": "mlp_triton",
 }
-PROTOCOLS: Final[tuple[Protocol, ...]] = ("http", "grpc")
+VARIANTS: Final[dict[str, tuple[Protocol, Literal["none", "system"]]]] = {
+    "http": ("http", "none"),
+    "grpc": ("grpc", "none"),
+    "http-shm": ("http", "system"),
+    "grpc-shm": ("grpc", "system"),
+}
+"""What a table row measures: the protocol, and whether tensors travel in system shared
+memory (perf_analyzer's ``--shared-memory system``) or in the requests."""
 
 
 @dataclass(frozen=True)
 class ComparePoint:
     contender: str
-    protocol: str
+    variant: str
     concurrency: int
     repeat: int
     infer_per_s: float
@@ -107,7 +115,8 @@ def run(args: argparse.Namespace) -> list[ComparePoint]:
         points: list[ComparePoint] = []
         with onnxruntime_for_triton(folder / "ort"), servers.zeroserve, servers.triton:
             for repeat in range(args.repeats):
-                for protocol in PROTOCOLS:
+                for variant in args.variants:
+                    protocol, shared_memory = VARIANTS[variant]
                     for concurrency in args.concurrency:
                         for key in rotated(CONTENDERS, repeat):
                             server = "triton" if key == "triton" else "zeroserve"
@@ -121,6 +130,7 @@ def run(args: argparse.Namespace) -> list[ComparePoint]:
                                 measurement_interval_ms=args.interval_ms,
                                 request_count=args.request_count,
                                 is_async=args.is_async,
+                                shared_memory=shared_memory,
                                 extra=[
                                     "--max-trials",
                                     str(args.max_trials),
@@ -130,7 +140,7 @@ def run(args: argparse.Namespace) -> list[ComparePoint]:
                             )
                             point = ComparePoint(
                                 key,
-                                protocol,
+                                variant,
                                 concurrency,
                                 repeat,
                                 measured.infer_per_s,
@@ -140,7 +150,7 @@ def run(args: argparse.Namespace) -> list[ComparePoint]:
                             )
                             points.append(point)
                             print(
-                                f"repeat {repeat} {protocol:<4} c={concurrency:<3} {key:<20} "
+                                f"repeat {repeat} {variant:<8} c={concurrency:<3} {key:<20} "
                                 f"{point.infer_per_s:9.1f} infer/s p50 {point.p50_us / 1000:.2f} "
                                 f"p99 {point.p99_us / 1000:.2f} ms (load {point.load_average:.2f})",
                                 flush=True,
@@ -149,25 +159,27 @@ def run(args: argparse.Namespace) -> list[ComparePoint]:
         return points
 
 
-def table(points: Sequence[ComparePoint], concurrency: Sequence[int]) -> str:
-    """Medians per protocol and concurrency: infer/s (p50 / p99 ms), and each zeroserve
-    contender's infer/s over Triton's."""
+def table(
+    points: Sequence[ComparePoint], variants: Sequence[str], concurrency: Sequence[int]
+) -> str:
+    """Medians per variant (protocol, shared memory) and concurrency: infer/s (p50 / p99
+    ms), and each zeroserve contender's infer/s over Triton's."""
     rows = [
-        "| protocol | c | "
+        "| variant | c | "
         + " | ".join(CONTENDERS)
         + " | "
         + " | ".join(f"{key}/triton" for key in CONTENDERS[:-1])
         + " |",
         "| --- | --- |" + " --- |" * (2 * len(CONTENDERS) - 1),
     ]
-    for protocol in PROTOCOLS:
+    for variant in variants:
         for c in concurrency:
             cells, rates = [], {}
             for key in CONTENDERS:
                 chosen = [
                     p
                     for p in points
-                    if p.contender == key and p.protocol == protocol and p.concurrency == c
+                    if p.contender == key and p.variant == variant and p.concurrency == c
                 ]
                 if not chosen:
                     cells.append("")
@@ -182,7 +194,7 @@ def table(points: Sequence[ComparePoint], concurrency: Sequence[int]) -> str:
                 f"{rates[key] / triton:.2f}" if triton and key in rates else ""
                 for key in CONTENDERS[:-1]
             ]
-            rows.append(f"| {protocol} | {c} | " + " | ".join([*cells, *ratios]) + " |")
+            rows.append(f"| {variant} | {c} | " + " | ".join([*cells, *ratios]) + " |")
     return "\n".join(rows)
 
 
@@ -201,18 +213,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--async", dest="is_async", action="store_true")
     parser.add_argument(
+        "--variants",
+        default="http,grpc",
+        help=f"comma-separated rows to measure, of {', '.join(VARIANTS)} (-shm: tensors in "
+        "system shared memory)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="c=1, one repeat, 100 requests a point"
     )
     parser.add_argument("--output", type=Path, help="write every point and the table as JSON")
     args = parser.parse_args(argv)
     args.request_count = None
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown or not args.variants:
+        parser.error(f"--variants takes {', '.join(VARIANTS)}; not {', '.join(unknown)}")
     if args.quick:
         args.concurrency, args.repeats, args.request_count, args.pause_s = [1], 1, 100, 0.0
     if not has_triton(args):
         return 2
     load_before = os.getloadavg()[0]
     points = run(args)
-    text = table(points, args.concurrency)
+    text = table(points, args.variants, args.concurrency)
     print(text)
     print(f"load average before {load_before:.2f}, after {os.getloadavg()[0]:.2f}")
     if args.output is not None and not args.quick:
@@ -221,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             {
                 "client": "perf_analyzer 2.51.0",
                 "mode": "async" if args.is_async else "sync",
+                "variants": args.variants,
                 "points": [asdict(p) for p in points],
                 "table": text,
                 "load_average_before": load_before,
