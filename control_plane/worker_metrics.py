@@ -3,13 +3,14 @@
 In ``zeroserve up`` the workers are child processes on ports chosen at run time, which no
 Prometheus configuration can name in advance. So the admin port's ``/metrics`` scrapes every
 worker the backend lists at the moment it is itself scraped, keeps the families whose names
-start with the configured prefixes (Triton's ``nv_*``, vLLM's ``vllm:*``, the workers' own
-``zeroserve_*``: node cache, model states) and that the platform's page does not already
-name, adds a ``worker``
-label to each sample, so that one model served by two workers gives two series, and renders
-them after the platform's own families. A worker that has stopped is no longer listed, so
-its families are gone from the next scrape; one that does not answer within the timeout is
-left out of that scrape alone.
+start with the configured prefixes (by default all of a worker's page: Triton's ``nv_*``,
+vLLM's ``vllm:*``, the workers' own ``zeroserve_*`` (node cache, model states) and the
+families models define through ``pb_utils.MetricFamily``, whose names are the models' to
+choose; a worker's registry holds no process collectors) and that the platform's page does
+not already name, adds a ``worker`` label to each sample, so that one model served by two
+workers gives two series, and renders them after the platform's own families. A worker
+that has stopped is no longer listed, so its families are gone from the next scrape; one
+that does not answer within the timeout is left out of that scrape alone.
 
 The workers' text is passed through line by line rather than parsed into prometheus_client
 families: its parser renames counters without ``_total`` (all of Triton's) on the way in.
@@ -124,7 +125,7 @@ class WorkerMetrics:
         workers: the backend, listing the workers up now.
         timeout_s: bound on reading one worker's page; the workers are read concurrently,
             so it bounds the whole scrape too.
-        prefixes: the family-name prefixes passed through.
+        prefixes: the family-name prefixes passed through (every family by default).
     """
 
     def __init__(
@@ -132,7 +133,7 @@ class WorkerMetrics:
         workers: WorkerList,
         *,
         timeout_s: float,
-        prefixes: Sequence[str] = ("nv_", "vllm:", "zeroserve_"),
+        prefixes: Sequence[str] = ("",),
     ) -> None:
         self._workers = workers
         self._timeout_s = timeout_s

@@ -1,6 +1,7 @@
 """One place to scrape in ``zeroserve up``: the admin port's ``/metrics`` carries every
-worker's Triton families, labelled with model and worker, next to the platform's own, and
-drops a worker's families once that worker has stopped."""
+worker's Triton families and the families its models define, labelled with model and
+worker, next to the platform's own, and drops a worker's families once that worker has
+stopped."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,11 +26,35 @@ from tests.integration.test_platform_e2e import (
     register,
     start_platform,
 )
-from tests.models import write_onnx_mlp
+from tests.models import write_onnx_mlp, write_python_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.integration]
 
 REQUEST_TIMEOUT_S = 90.0
+
+COUNTING_MODEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # Kept: as in Triton, a family no longer referenced is deleted with its metrics.
+        self.family = pb_utils.MetricFamily(
+            "rows_counted", "Rows seen", pb_utils.MetricFamily.COUNTER
+        )
+        self.rows = self.family.Metric(labels={"model": args["model_name"]})
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            self.rows.increment(len(x))
+            out = pb_utils.Tensor("OUTPUT0", x)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+"""A Triton-contract model with a counter of its own (a name no prefix list could know)."""
 
 
 @pytest.fixture
@@ -74,6 +100,19 @@ async def test_admin_metrics_carry_the_workers_families_until_the_worker_stops(
         # The same counts as the worker's own page says.
         direct = (await client.get(f"{worker['url']}/metrics")).text
         assert 'nv_inference_request_success{model="scraped",version="1"} 3' in direct
+
+        # A model's own family, from its stub process through its worker.
+        counting = write_python_model(platform.models_dir, "counting", COUNTING_MODEL, dims=(4,))
+        await register(client, platform, counting)
+        answered = await infer(client, platform, "counting", np.full((2, 4), 0.5, np.float32))
+        assert answered.status_code == 200, answered.text
+        page = (await client.get(f"{platform.admin}/metrics")).text
+        [counted] = [
+            w
+            for w in (await admin_get(client, platform, "/workers"))["workers"]
+            if "counting" in w["models"]
+        ]
+        assert _samples(page, "rows_counted") == {(counted["id"], "counting"): 2}
 
         os.kill(int(worker["details"]["pid"]), signal.SIGKILL)
 
