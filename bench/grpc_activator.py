@@ -26,6 +26,7 @@ import argparse
 import re
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +44,7 @@ import grpc
 import numpy as np
 import onnxruntime
 
-from bench import machine, report
+from bench import machine, profiling, report
 from bench.models import INPUT_NAME, MODELS, OUTPUT_NAME, sample_rows, write_repository
 from bench.perf_analyzer import PerfAnalyzerInstall, perf_analyzer_install, run_point
 from bench.platform_process import PlatformProcess
@@ -76,6 +77,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=200, help="grpcio: untimed calls first")
     parser.add_argument("--rounds", type=int, default=5, help="passes over every way; medians")
     parser.add_argument("--quick", action="store_true", help="2 short rounds")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead: py-spy the platform (its activator) while perf_analyzer calls it at "
+        "c=1, one front end (the first of --frontends); writes ...-grpc_activator-profile.txt",
+    )
+    parser.add_argument("--profile-s", type=int, default=20, help="seconds profiled")
+    parser.add_argument("--top", type=int, default=40, help="functions per profile ranking")
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
     parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
     args = parser.parse_args(argv)
@@ -156,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         (expected,) = session.run([OUTPUT_NAME], {INPUT_NAME: rows[0:1]})
         addresses: dict[str, str] = {}
         commands: dict[str, list[str]] = {}
+        pids: dict[str, int] = {}
         with contextlib.ExitStack() as stack:
             for frontend in args.frontend_list:
                 grpc_port = free_port()
@@ -172,12 +182,23 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
                 commands[frontend] = platform.command
+                pids[frontend] = platform.pid
                 scaling = {"min_replicas": 1, "max_replicas": 1}
                 platform.register(MODEL.name, str(repository / MODEL.name), scaling)
                 platform.load(MODEL.name)
                 (worker,) = [w for w in platform.workers() if MODEL.name in w["models"]]
                 addresses[way(DIRECT, frontend)] = worker["grpc_address"]
                 addresses[way(ACTIVATOR, frontend)] = f"{HOST}:{grpc_port}"
+            if args.profile:
+                assert install is not None
+                frontend = args.frontend_list[0]
+                text = _profile(args, install, pids[frontend], addresses[way(ACTIVATOR, frontend)])
+                if not args.no_save:
+                    path = RESULTS_DIR / f"{stamp}-{tag}-grpc_activator-profile.txt"
+                    path.write_text(text, encoding="utf-8")
+                    print(f"profile: {path.relative_to(REPO_ROOT)}")
+                print(text)
+                return 0
             for name, address in addresses.items():
                 with grpc.insecure_channel(address) as channel:
                     answer = infer_call(channel)(request, timeout=CALL_TIMEOUT_S)
@@ -222,6 +243,49 @@ def main(argv: list[str] | None = None) -> int:
         report.write_json(path, document)
         print(f"results: {path.relative_to(REPO_ROOT)}")
     return 0
+
+
+def _profile(args: argparse.Namespace, install: PerfAnalyzerInstall, pid: int, address: str) -> str:
+    """py-spy's rankings of the platform process (activator, control plane) while
+    perf_analyzer calls ``address`` at c=1 for ``--profile-s`` seconds, with its threads'
+    CPU and the calls per second it served meanwhile."""
+    with tempfile.TemporaryDirectory(prefix="zeroserve-grpc-profile-") as folder:
+        raw = Path(folder) / "pyspy-raw.txt"
+        spy_command = profiling.pyspy_command(pid, raw, args.profile_s, native=False)
+        spy = subprocess.Popen(spy_command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            before = profiling.thread_cpu_seconds(pid)
+            started = time.perf_counter()
+            point = run_point(
+                install,
+                model=MODEL.name,
+                url=address,
+                protocol="grpc",
+                concurrency=1,
+                request_count=None,
+                measurement_interval_ms=args.profile_s * 1000 // 3,
+                extra=["--max-trials", "3", "--stability-percentage", "100"],
+            )
+            seconds = time.perf_counter() - started
+            after = profiling.thread_cpu_seconds(pid)
+            spy.communicate(timeout=args.profile_s + 60)
+        finally:
+            if spy.poll() is None:
+                spy.kill()
+                spy.wait()
+        folded = profiling.fold_pyspy(raw, REPO_ROOT)
+    head = (
+        f"activator gRPC ({args.frontend_list[0]}) under perf_analyzer c=1, sync: "
+        f"{point.infer_per_s:.0f} infer/s, p50 {point.p50_us / 1000:.3f} ms, platform CPU "
+        "below per thread over the whole measurement"
+    )
+    return "\n\n".join(
+        [
+            head,
+            profiling.thread_cpu_text(pid, before, after, seconds, folded.thread_names),
+            profiling.pyspy_text(folded, top=args.top),
+        ]
+    )
 
 
 def _round(
