@@ -24,6 +24,7 @@ from data_plane.routes.metrics import metrics_app
 from data_plane.settings import DataPlaneSettings
 from data_plane.state import Lifecycle
 from foundation import serving
+from foundation.grpc_tls import load_server_tls
 from foundation.serving import HttpListener, bind_socket
 
 logger = logging.getLogger(__name__)
@@ -32,6 +33,10 @@ logger = logging.getLogger(__name__)
 def run(settings: DataPlaneSettings) -> None:
     """Serve until a signal stops the server; a port in use raises OSError before the
     server starts, a failed start `ServerStartError`."""
+    if settings.grpc_port:
+        # TLS files that cannot be served fail before anything is bound or loaded (the
+        # listener reads them again as it starts).
+        load_server_tls(settings)
     gpus = settings.gpu_count if settings.gpu_count is not None else cuda_device_count()
     response_cache = build_response_cache(settings)
     metrics = Metrics(response_cache=response_cache)

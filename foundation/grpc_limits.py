@@ -2,11 +2,14 @@
 carry them: what `ServerLimits` is for HTTP servers.
 
 The keepalive fields are Triton's ``--grpc-keepalive-*`` and ``--grpc-http2-*`` flags, with
-Triton's defaults. Message sizes are bounded (Triton takes up to 2 GiB in).
+Triton's defaults, and the TLS fields its ``--grpc-use-ssl*``, ``--grpc-server-cert``,
+``--grpc-server-key`` and ``--grpc-root-cert`` (`foundation.grpc_tls` reads the files).
+Message sizes are bounded (Triton takes up to 2 GiB in).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -72,6 +75,39 @@ class GrpcLimits(BaseModel):
     grpc_max_connection_age_grace_ms: int = Field(default=0, ge=0)
     """Grace given to calls on a connection past its age; 0 means gRPC's default
     (``--grpc-max-connection-age-grace``)."""
+
+    grpc_use_ssl: bool = False
+    """Serve gRPC over TLS only, with ``grpc_server_cert`` and ``grpc_server_key``
+    (``--grpc-use-ssl``); a plaintext client is refused."""
+    grpc_use_ssl_mutual: bool = False
+    """Also require a client certificate that chains to ``grpc_root_cert``
+    (``--grpc-use-ssl-mutual``); needs ``grpc_use_ssl``."""
+    grpc_server_cert: Path | None = None
+    """PEM file of the server's certificate chain, leaf first (``--grpc-server-cert``)."""
+    grpc_server_key: Path | None = None
+    """PEM file of the server's unencrypted private key (``--grpc-server-key``)."""
+    grpc_root_cert: Path | None = None
+    """PEM file of the certificates client certificates must chain to
+    (``--grpc-root-cert``); read only with ``grpc_use_ssl_mutual``, as Triton does."""
+
+    @model_validator(mode="after")
+    def _check_tls(self) -> GrpcLimits:
+        if self.grpc_use_ssl_mutual and not self.grpc_use_ssl:
+            raise ValueError("grpc_use_ssl_mutual needs grpc_use_ssl")
+        if self.grpc_use_ssl:
+            missing = [
+                name
+                for name in ("grpc_server_cert", "grpc_server_key")
+                if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(f"grpc_use_ssl needs {' and '.join(missing)} (PEM files)")
+        if self.grpc_use_ssl_mutual and self.grpc_root_cert is None:
+            raise ValueError(
+                "grpc_use_ssl_mutual needs grpc_root_cert (PEM file of the certificates "
+                "client certificates must chain to)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_frontend(self) -> GrpcLimits:

@@ -47,6 +47,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="what carries gRPC: h2corn (the default: Rust HTTP/2, less CPU a call) or aio "
         "(grpcio's server, for its keepalive settings); see docs/operating/grpc.md",
     )
+    _grpc_tls_arguments(serve)
     serve.add_argument(
         "--metrics-port",
         type=int,
@@ -130,6 +131,62 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     serve.set_defaults(handler=_serve)
 
 
+def _grpc_tls_arguments(parser: argparse.ArgumentParser) -> None:
+    """Triton's gRPC TLS flags, for a command serving gRPC."""
+    parser.add_argument(
+        "--grpc-use-ssl",
+        type=_triton_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="true|false",
+        help="serve gRPC over TLS only, with --grpc-server-cert and --grpc-server-key",
+    )
+    parser.add_argument(
+        "--grpc-use-ssl-mutual",
+        type=_triton_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="true|false",
+        help="gRPC over mutual TLS: clients need a certificate signed by --grpc-root-cert "
+        "(implies --grpc-use-ssl, as Triton's)",
+    )
+    parser.add_argument(
+        "--grpc-server-cert",
+        type=Path,
+        default=None,
+        help="PEM file: the gRPC server's certificate",
+    )
+    parser.add_argument(
+        "--grpc-server-key", type=Path, default=None, help="PEM file: the gRPC server's key"
+    )
+    parser.add_argument(
+        "--grpc-root-cert",
+        type=Path,
+        default=None,
+        help="PEM file: the CA certificates client certificates must chain to (mutual TLS)",
+    )
+
+
+def _grpc_tls_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The settings :func:`_grpc_tls_arguments`' flags give, where given."""
+    overrides: dict[str, object] = {
+        field: value
+        for field, value in (
+            ("grpc_use_ssl", args.grpc_use_ssl),
+            ("grpc_use_ssl_mutual", args.grpc_use_ssl_mutual),
+            ("grpc_server_cert", args.grpc_server_cert),
+            ("grpc_server_key", args.grpc_server_key),
+            ("grpc_root_cert", args.grpc_root_cert),
+        )
+        if value is not None
+    }
+    if args.grpc_use_ssl_mutual and args.grpc_use_ssl is None:
+        overrides["grpc_use_ssl"] = True
+    return overrides
+
+
 def _triton_bool(text: str) -> bool:
     """A boolean flag value as Triton's command line reads it."""
     lowered = text.lower()
@@ -178,6 +235,7 @@ def _serve(args: argparse.Namespace) -> int:
         overrides["allow_metrics"] = args.allow_metrics
     if args.grpc_frontend is not None:
         overrides["grpc_frontend"] = args.grpc_frontend
+    overrides.update(_grpc_tls_overrides(args))
     if args.repository_poll_secs is not None:
         overrides["repository_poll_s"] = args.repository_poll_secs
     if args.id is not None:
@@ -311,6 +369,7 @@ def _up_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="public gRPC port (Triton's inference service for every model); 0, the "
         "default, serves no gRPC",
     )
+    _grpc_tls_arguments(up)
     _platform_arguments(up)
     up.add_argument(
         "--demo",
@@ -351,6 +410,7 @@ def _up(args: argparse.Namespace) -> int:
             overrides["grpc_port"] = args.grpc_port
         if args.auth is not None:
             overrides["auth"] = args.auth
+        overrides.update(_grpc_tls_overrides(args))
         activator_settings = ActivatorSettings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         print(f"zeroserve up: invalid settings:\n{exc}", file=sys.stderr)

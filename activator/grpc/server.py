@@ -3,10 +3,10 @@
 A ``grpc.aio`` server under the activator's `GrpcLimits` (message sizes, a bound on
 concurrent calls, Triton's keepalive defaults, no SO_REUSEPORT), as the data plane's; or,
 with ``grpc_frontend`` ``h2corn``, the same router's handlers on `foundation.grpc_front`
-(`activator.grpc.front`). The
-channels to workers carry the same message bounds the other way, and reconnect within a
-second once a worker is back, rather than after gRPC's default backoff of up to two
-minutes.
+(`activator.grpc.front`). Either serves TLS (and mutual TLS) with the activator's
+``grpc_use_ssl*`` settings. The channels to workers carry the same message bounds the
+other way, in plaintext, and reconnect within a second once a worker is back, rather than
+after gRPC's default backoff of up to two minutes.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from activator.settings import ActivatorSettings
 from foundation.grpc_front.app import GrpcApp
 from foundation.grpc_front.server import serve_grpc_front
 from foundation.grpc_limits import channel_options
+from foundation.grpc_tls import load_server_tls, server_credentials
 from foundation.serving import bind_socket, graceful
 
 __all__ = ["GrpcListener", "worker_channel_options"]
@@ -52,10 +53,12 @@ class GrpcListener:
     """The activator's gRPC server over ``core``, as a listener (see `foundation.serving`).
 
     The port is bound on construction, so that a port in use fails before anything else
-    starts (OSError); construct it on the event loop it will serve on. Entering opens the
-    core (shared with the HTTP app), starts the worker channels and the server; leaving
-    stops accepting, gives calls in flight ``exit_timeout_s``, then closes the channels and
-    releases the core. Call :meth:`aclose` if it is never entered.
+    starts (OSError), and the TLS files the settings name are read and checked then
+    (ServerStartError when they cannot be served); construct it on the event loop it will
+    serve on. Entering opens the core (shared with the HTTP app), starts the worker
+    channels and the server; leaving stops accepting, gives calls in flight
+    ``exit_timeout_s``, then closes the channels and releases the core. Call
+    :meth:`aclose` if it is never entered.
     """
 
     def __init__(self, core: ActivatorCore, settings: ActivatorSettings, *, port: int) -> None:
@@ -65,6 +68,7 @@ class GrpcListener:
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._server: grpc.aio.Server | None = None
         self._socket: socket.socket | None = None
+        self._tls = load_server_tls(settings)
         if settings.grpc_frontend == "h2corn":
             self._socket = bind_socket(host, port)
             bound = self._socket.getsockname()[1]
@@ -76,7 +80,10 @@ class GrpcListener:
                 interceptors=[] if access_log is None else [AccessLogInterceptor(access_log)],
             )
             try:
-                bound = self._server.add_insecure_port(address)
+                if self._tls is None:
+                    bound = self._server.add_insecure_port(address)
+                else:
+                    bound = self._server.add_secure_port(address, server_credentials(self._tls))
             except RuntimeError as exc:  # gRPC's answer to a port in use
                 raise OSError(f"cannot bind the gRPC server to {address}: {exc}") from None
         self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
@@ -112,6 +119,7 @@ class GrpcListener:
                         self._socket,
                         self._settings,
                         drain_timeout_s=self._settings.exit_timeout_s,
+                        tls=self._tls,
                     )
                 )
             else:
@@ -120,7 +128,11 @@ class GrpcListener:
                 await stack.enter_async_context(
                     graceful(self._server, grace_s=self._settings.exit_timeout_s)
                 )
-            logger.info("activator gRPC server listening on %s", self.address)
+            logger.info(
+                "activator gRPC server listening on %s%s",
+                self.address,
+                "" if self._tls is None else f" ({self._tls.mode})",
+            )
             self._stack = stack.pop_all()
         return self
 
