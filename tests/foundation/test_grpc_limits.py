@@ -3,6 +3,8 @@ than be ignored by it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pydantic
 import pytest
 
@@ -26,7 +28,7 @@ def test_h2corn_takes_the_limits_it_carries_out() -> None:
 @pytest.mark.parametrize("field", AIO_ONLY_FIELDS)
 def test_aio_only_settings_refuse_h2corn(field: str) -> None:
     default = GrpcLimits.model_fields[field].default
-    changed = not default if isinstance(default, bool) else default + 1000
-    assert GrpcLimits(grpc_frontend="aio", **{field: changed}).grpc_frontend == "aio"
+    changed: dict[str, Any] = {field: not default if isinstance(default, bool) else default + 1000}
+    assert GrpcLimits(grpc_frontend="aio", **changed).grpc_frontend == "aio"
     with pytest.raises(pydantic.ValidationError, match=f"{field} need grpc_frontend 'aio'"):
-        GrpcLimits(grpc_frontend="h2corn", **{field: changed})
+        GrpcLimits(grpc_frontend="h2corn", **changed)
