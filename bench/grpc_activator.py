@@ -46,7 +46,12 @@ import onnxruntime
 
 from bench import machine, profiling, report
 from bench.models import INPUT_NAME, MODELS, OUTPUT_NAME, sample_rows, write_repository
-from bench.perf_analyzer import PerfAnalyzerInstall, perf_analyzer_install, run_point
+from bench.perf_analyzer import (
+    PerfAnalyzerInstall,
+    perf_analyzer_install,
+    run_point,
+    run_settled_point,
+)
 from bench.platform_process import PlatformProcess
 from bench.server import HOST, REPO_ROOT, free_port
 from foundation.proto import grpc_service_pb2 as pb
@@ -302,14 +307,15 @@ def _round(
     measured: dict[str, dict[str, float]] = {}
     for name in order:
         if install is not None:
-            point = run_point(
+            point, _ = run_settled_point(
                 install,
+                stability_percentage=25.0,
+                max_trials=5,
                 model=MODEL.name,
                 url=addresses[name],
                 protocol="grpc",
                 concurrency=1,
                 measurement_interval_ms=args.interval_ms,
-                extra=["--max-trials", "5", "--stability-percentage", "25"],
             )
             measured[name] = {
                 "p50_ms": round(point.p50_us / 1000, 4),

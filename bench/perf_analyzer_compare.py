@@ -39,7 +39,7 @@ from bench.perf_analyzer import (
     PerfPoint,
     Protocol,
     perf_analyzer_install,
-    run_point,
+    run_settled_point,
 )
 from bench.python_backend import (
     MAX_BATCH_SIZE,
@@ -96,12 +96,6 @@ def write_onnx_model(repository: Path) -> None:
     )
 
 
-UNSTABLE: Final = "Failed to obtain stable measurement"
-STABILITY_STEPS: Final = (1, 2, 4)
-"""A point that does not settle is measured again with this many times the stability
-percentage: a busy 2-core machine rarely gives three windows within 25 % at c=8 and over."""
-
-
 def _measure(
     install: PerfAnalyzerInstall,
     args: argparse.Namespace,
@@ -112,35 +106,20 @@ def _measure(
     concurrency: int,
     shared_memory: Literal["none", "system"],
 ) -> tuple[PerfPoint, float]:
-    """One point, and the stability percentage it settled at (PerfAnalyzerError when it
-    settles at none of them, or fails otherwise)."""
-    for step in STABILITY_STEPS:
-        stability = args.stability_percentage * step
-        try:
-            point = run_point(
-                install,
-                model=model,
-                url=url,
-                protocol=protocol,
-                concurrency=concurrency,
-                measurement_interval_ms=args.interval_ms,
-                request_count=args.request_count,
-                is_async=args.is_async,
-                shared_memory=shared_memory,
-                extra=[
-                    "--max-trials",
-                    str(args.max_trials),
-                    "--stability-percentage",
-                    str(stability),
-                ],
-            )
-        except PerfAnalyzerError as exc:
-            if UNSTABLE not in str(exc) or step == STABILITY_STEPS[-1]:
-                raise
-            print(f"  unstable at {stability:g} %; again at {stability * 2:g} %", flush=True)
-            continue
-        return point, stability
-    raise AssertionError("unreachable")
+    """One point, and the stability percentage it settled at."""
+    return run_settled_point(
+        install,
+        stability_percentage=args.stability_percentage,
+        max_trials=args.max_trials,
+        model=model,
+        url=url,
+        protocol=protocol,
+        concurrency=concurrency,
+        measurement_interval_ms=args.interval_ms,
+        request_count=args.request_count,
+        is_async=args.is_async,
+        shared_memory=shared_memory,
+    )
 
 
 def rotated(items: Sequence[str], by: int) -> list[str]:
