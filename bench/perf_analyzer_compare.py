@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from bench import profiling
 from bench.perf_analyzer import (
     PerfAnalyzerError,
     PerfAnalyzerInstall,
@@ -46,11 +49,12 @@ from bench.python_backend import (
     SPEC,
     add_run_arguments,
     contenders,
+    cpu_seconds,
     has_triton,
     onnxruntime_for_triton,
     write_output,
 )
-from bench.server import free_port
+from bench.server import REPO_ROOT, free_port
 
 CONTENDERS: Final = ("zeroserve_triton", "zeroserve_inprocess", "zeroserve_onnx", "triton")
 MODELS: Final = {
@@ -122,6 +126,71 @@ def _measure(
     )
 
 
+def _profile(
+    install: PerfAnalyzerInstall,
+    args: argparse.Namespace,
+    pids: dict[str, int],
+    urls: dict[str, str],
+    folder: Path,
+) -> str:
+    """The server CPU per inference of ``args.profile`` and of Triton on one point
+    (process and children: stub processes count), and py-spy's rankings of zeroserve's
+    process during its run."""
+    protocol, shared_memory = VARIANTS[args.variants[0]]
+    concurrency = args.concurrency[0]
+    lines = [
+        f"{args.variants[0]}, c={concurrency}, {'async' if args.is_async else 'sync'}, "
+        f"perf_analyzer {args.interval_ms} ms windows; load average {os.getloadavg()[0]:.2f}",
+        "",
+        "server CPU during the point (the server's process, and its children):",
+    ]
+    folded = None
+    for key in (args.profile, "triton"):
+        server = "triton" if key == "triton" else "zeroserve"
+        spy = None
+        raw = folder / "pyspy-raw.txt"
+        if server == "zeroserve" and profiling.pyspy_available():
+            # Longer than any point: stopped once the point ends.
+            command = profiling.pyspy_command(pids[server], raw, 600, native=False)
+            spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            time.sleep(1.0)  # py-spy attached before the load starts
+        try:
+            own, children = cpu_seconds(pids[server])
+            started = time.perf_counter()
+            point, stability = _measure(
+                install,
+                args,
+                model=MODELS[key],
+                url=urls[server],
+                protocol=protocol,
+                concurrency=concurrency,
+                shared_memory=shared_memory,
+            )
+            wall = time.perf_counter() - started
+            own_after, children_after = cpu_seconds(pids[server])
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+                try:
+                    spy.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    spy.kill()
+                    spy.wait()
+        cores = (own_after - own + children_after - children) / wall
+        lines.append(
+            f"  {key:<20} {point.infer_per_s:8.0f} infer/s  p50 {point.p50_us / 1000:.2f} ms  "
+            f"{cores:.2f} cores ({(children_after - children) / wall:.2f} in children)  "
+            f"~{cores / max(point.infer_per_s, 1.0) * 1e6:.0f} us CPU per inference "
+            f"(stable within {stability:g} %)"
+        )
+        if spy is not None and raw.is_file() and raw.stat().st_size:
+            folded = profiling.fold_pyspy(raw, REPO_ROOT)
+    if folded is not None:
+        lines += ["", f"py-spy, zeroserve's process ({args.profile}):", ""]
+        lines.append(profiling.pyspy_text(folded, top=args.top))
+    return "\n".join(lines)
+
+
 def rotated(items: Sequence[str], by: int) -> list[str]:
     """``items`` starting at index ``by`` (modulo its length)."""
     shift = by % len(items)
@@ -151,6 +220,17 @@ def run(args: argparse.Namespace) -> tuple[list[ComparePoint], list[str]]:
         points: list[ComparePoint] = []
         failures: list[str] = []
         with onnxruntime_for_triton(folder / "ort"), servers.zeroserve, servers.triton:
+            if args.profile is not None:
+                protocol, shared_memory = VARIANTS[args.variants[0]]
+                urls = http if protocol == "http" else grpc
+                args.profile_text = _profile(
+                    install,
+                    args,
+                    {"zeroserve": servers.zeroserve.pid, "triton": servers.triton.pid},
+                    urls,
+                    Path(tmp),
+                )
+                return [], []
             for repeat in range(args.repeats):
                 for variant in args.variants:
                     protocol, shared_memory = VARIANTS[variant]
@@ -260,6 +340,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--quick", action="store_true", help="c=1, one repeat, 100 requests a point"
     )
     parser.add_argument("--output", type=Path, help="write every point and the table as JSON")
+    parser.add_argument(
+        "--profile",
+        choices=CONTENDERS[:-1],
+        help="instead: one point of this contender (first --variants, first --concurrency), "
+        "py-spy on zeroserve's process meanwhile, and the server CPU per inference of it and "
+        "of Triton on the same point; the text goes to --output's folder or stdout",
+    )
+    parser.add_argument("--top", type=int, default=40, help="functions per profile ranking")
     args = parser.parse_args(argv)
     args.request_count = None
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -272,6 +360,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     load_before = os.getloadavg()[0]
     points, failures = run(args)
+    if args.profile is not None:
+        text = args.profile_text
+        print(text)
+        if args.output is not None:
+            args.output.write_text(text + "\n", encoding="utf-8")
+        return 0
     text = table(points, args.variants, args.concurrency)
     print(text)
     print(f"load average before {load_before:.2f}, after {os.getloadavg()[0]:.2f}")
