@@ -108,7 +108,7 @@ class GrpcListener:
             router = GrpcRouter(parts, channels)
             if self._socket is not None:
                 app = GrpcApp(
-                    front_rpcs(router.methods()),
+                    front_rpcs(router.methods(), self._core.access_log),
                     max_receive_bytes=self._settings.grpc_max_receive_bytes,
                     max_send_bytes=self._settings.grpc_max_send_bytes,
                     max_concurrent_rpcs=self._settings.grpc_max_concurrent_rpcs,
