@@ -13,21 +13,23 @@ buffer, a gRPC call's model, the key an authenticator accepted) add it where the
 with :func:`note_activation_wait`, :func:`note_model` and :func:`note_key_id`, without
 being handed the entry. Those are no-ops when the log is off.
 
-HTTP requests are logged by :class:`AccessLogMiddleware` (pure ASGI), gRPC calls by
-:class:`AccessLogInterceptor`; both hand finished entries to :class:`AccessLog`, which
-formats the line (text or JSON) and writes it to the ``zeroserve.access`` logger. Where that
-logger writes is the process's entry point's choice.
+HTTP requests are logged by :class:`AccessLogMiddleware` (pure ASGI), gRPC calls through
+:class:`GrpcCallLog` (by :class:`AccessLogInterceptor` on grpc.aio, by
+`activator.grpc.front` on the h2corn front end); both hand finished entries to
+:class:`AccessLog`, which formats the line (text or JSON) and writes it to the
+``zeroserve.access`` logger. Where that logger writes is the process's entry point's choice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import functools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextvars import ContextVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -45,8 +47,11 @@ __all__ = [
     "AccessLogFormat",
     "AccessLogInterceptor",
     "AccessLogMiddleware",
+    "GrpcCallLog",
+    "LoggedCall",
     "RequestIdMiddleware",
     "current_request_id",
+    "interrupted_status",
     "note_activation_wait",
     "note_key_id",
     "note_model",
@@ -278,13 +283,82 @@ class AccessLogMiddleware:
             self.log.write(entry)
 
 
+class GrpcCallLog:
+    """The access log of one gRPC server, whichever front end carries it: one line per call
+    (a stream is one call, logged when it ends, with the first model it named), health RPCs
+    left out. :class:`AccessLogInterceptor` (grpc.aio) and the h2corn front end's wrapper
+    (`activator.grpc.front`) both log through it, so their lines agree.
+
+    Parameters:
+        log: where the entries go.
+        clock: wall-clock seconds (the line's time).
+    """
+
+    __slots__ = ("_log", "_clock")
+
+    def __init__(self, log: AccessLog, *, clock: Callable[[], float] = time.time) -> None:
+        self._log = log
+        self._clock = clock
+
+    @staticmethod
+    def is_logged(method: str) -> bool:
+        """Whether calls of ``method`` (its full name) get a line."""
+        return method.rsplit("/", 1)[-1] not in _UNLOGGED_RPCS
+
+    def start(self, method: str, metadata: Iterable[tuple[str, Any]] | None) -> LoggedCall:
+        """A call of ``method`` with the client's ``metadata`` (as grpc.aio gives it) begins.
+
+        Its id is its ``x-request-id`` when usable, else a new one; until
+        :meth:`LoggedCall.finish`, its entry is the current one, so that
+        :func:`current_request_id` and the ``note_*`` functions reach it. Call this, and
+        ``finish``, in the task (and context) that serves the call.
+        """
+        request_id = None
+        for key, value in metadata or ():
+            if key == request_ids.METADATA_KEY and isinstance(value, str):
+                request_id = value if request_ids.is_usable(value) else None
+                break
+        entry = AccessEntry(
+            started_at=self._clock(),
+            request_id=request_id or request_ids.new_request_id(),
+            protocol="grpc",
+            method="POST",
+            target=method,
+        )
+        return LoggedCall(entry, self._log, time.perf_counter(), _current.set(entry))
+
+
+class LoggedCall:
+    """A gRPC call being logged (from :meth:`GrpcCallLog.start`): the front end adds the
+    bytes of its messages to :attr:`entry` and calls :meth:`finish` once when it ends."""
+
+    __slots__ = ("entry", "_log", "_started", "_token")
+
+    def __init__(
+        self, entry: AccessEntry, log: AccessLog, started: float, token: Token[AccessEntry | None]
+    ) -> None:
+        self.entry = entry
+        """The call's entry; ``bytes_in`` and ``bytes_out`` are the front end's to count."""
+        self._log = log
+        self._started = started
+        self._token = token
+
+    def finish(self, code: grpc.StatusCode) -> None:
+        """The call ended with ``code``: its entry stops being the current one, and its
+        line is written."""
+        _current.reset(self._token)
+        entry = self.entry
+        entry.latency_s = time.perf_counter() - self._started
+        entry.status = code.name
+        self._log.write(entry)
+
+
 _Behavior = Callable[..., Any]
 _Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class AccessLogInterceptor(grpc.aio.ServerInterceptor):
-    """The access log of the activator's gRPC server: one line per call (a stream is one
-    call, logged when it ends, with the first model it named), health RPCs left out.
+    """The access log of the activator's grpc.aio server (see :class:`GrpcCallLog`).
 
     The call's id is its ``x-request-id`` metadata when usable, else a new one, which the
     forwarding code passes on to the worker (:func:`current_request_id`).
@@ -295,8 +369,7 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
     """
 
     def __init__(self, log: AccessLog, *, clock: Callable[[], float] = time.time) -> None:
-        self._log = log
-        self._clock = clock
+        self._calls = GrpcCallLog(log, clock=clock)
 
     async def intercept_service(
         self,
@@ -305,7 +378,7 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
     ) -> _Handler | None:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if handler is None or method.rsplit("/", 1)[-1] in _UNLOGGED_RPCS:
+        if handler is None or not self._calls.is_logged(method):
             return handler
         metadata = handler_call_details.invocation_metadata
         if handler.unary_unary is not None:
@@ -322,33 +395,18 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
             )
         return handler
 
-    def _entry(self, method: str, metadata: Any) -> AccessEntry:
-        request_id = None
-        for key, value in metadata or ():
-            if key == request_ids.METADATA_KEY and isinstance(value, str):
-                request_id = value if request_ids.is_usable(value) else None
-                break
-        return AccessEntry(
-            started_at=self._clock(),
-            request_id=request_id or request_ids.new_request_id(),
-            protocol="grpc",
-            method="POST",
-            target=method,
-        )
-
     def _unary(self, behavior: _Behavior, method: str, metadata: Any) -> _Behavior:
         async def logged(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            started = time.perf_counter()
-            entry = self._entry(method, metadata)
-            entry.bytes_in = _size(request)
-            token = _current.set(entry)
+            call = self._calls.start(method, metadata)
+            call.entry.bytes_in = _size(request)
             try:
                 response = await behavior(request, context)
-                entry.bytes_out = _size(response)
-                return response
-            finally:
-                _current.reset(token)
-                self._finish(entry, context, started)
+            except BaseException as exc:
+                call.finish(_ended(context, exc))
+                raise
+            call.entry.bytes_out = _size(response)
+            call.finish(_ended(context, None))
+            return response
 
         return logged
 
@@ -356,38 +414,54 @@ class AccessLogInterceptor(grpc.aio.ServerInterceptor):
         async def logged(
             requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
-            started = time.perf_counter()
-            entry = self._entry(method, metadata)
+            call = self._calls.start(method, metadata)
+            entry = call.entry
 
             async def counted() -> AsyncIterator[Any]:
                 async for request in requests:
                     entry.bytes_in += _size(request)
                     yield request
 
-            token = _current.set(entry)
+            interruption: BaseException | None = None
             try:
                 async for response in behavior(counted(), context):
                     entry.bytes_out += _size(response)
                     yield response
+            except BaseException as exc:
+                interruption = exc
+                raise
             finally:
-                _current.reset(token)
-                self._finish(entry, context, started)
+                call.finish(_ended(context, interruption))
 
         return logged
 
-    def _finish(
-        self, entry: AccessEntry, context: grpc.aio.ServicerContext[Any, Any], started: float
-    ) -> None:
-        entry.latency_s = time.perf_counter() - started
-        code = context.code()
-        # No code set: the handler returned normally (OK), or the call was cancelled.
-        if isinstance(code, grpc.StatusCode):
-            entry.status = code.name
-        elif context.cancelled():
-            entry.status = grpc.StatusCode.CANCELLED.name
-        else:
-            entry.status = grpc.StatusCode.OK.name
-        self._log.write(entry)
+
+def _ended(
+    context: grpc.aio.ServicerContext[Any, Any], interruption: BaseException | None
+) -> grpc.StatusCode:
+    """How a grpc.aio call ended, as its context and the handler's exception tell."""
+    code = context.code()
+    # A status the handler set (abort included) is the call's. Without one: the handler
+    # returned normally (OK, unless the call was cancelled meanwhile), or was interrupted.
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if interruption is not None:
+        return interrupted_status(interruption, context.time_remaining())
+    return grpc.StatusCode.CANCELLED if context.cancelled() else grpc.StatusCode.OK
+
+
+def interrupted_status(exc: BaseException, time_remaining: float | None) -> grpc.StatusCode:
+    """The status of a call whose handler ``exc`` interrupted before it set one, on either
+    front end: a cancellation is DEADLINE_EXCEEDED once the deadline has passed (the front
+    end cancels the handler then), else CANCELLED (the client left); a stream closed early
+    (GeneratorExit) is CANCELLED; any other exception UNKNOWN, as both answer it."""
+    if isinstance(exc, asyncio.CancelledError):
+        if time_remaining is not None and time_remaining <= 0:
+            return grpc.StatusCode.DEADLINE_EXCEEDED
+        return grpc.StatusCode.CANCELLED
+    if isinstance(exc, GeneratorExit):
+        return grpc.StatusCode.CANCELLED
+    return grpc.StatusCode.UNKNOWN
 
 
 def _size(message: Any) -> int:

@@ -24,9 +24,10 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
 
     model_config = SettingsConfigDict(env_prefix="ZEROSERVE_ACTIVATOR_", frozen=True)
 
-    grpc_frontend: Literal["aio", "h2corn"] = "aio"
-    """What carries the public gRPC endpoint: ``aio`` (grpc.aio, the default here) or
-    ``h2corn`` (`foundation.grpc_front`, as the data plane's default); calls to workers go
+    grpc_frontend: Literal["aio", "h2corn"] = "h2corn"
+    """What carries the public gRPC endpoint: ``h2corn`` (`foundation.grpc_front`, as on the
+    data plane) or ``aio`` (grpc.aio, which alone carries out the keepalive, ping-strike and
+    connection-age settings); the access log is the same on both, and calls to workers go
     through grpc.aio channels either way."""
 
     host: str = "127.0.0.1"

@@ -1,12 +1,13 @@
 """The activator's gRPC listener, the same standalone and in ``zeroserve up``.
 
-A ``grpc.aio`` server under the activator's `GrpcLimits` (message sizes, a bound on
-concurrent calls, Triton's keepalive defaults, no SO_REUSEPORT), as the data plane's; or,
-with ``grpc_frontend`` ``h2corn``, the same router's handlers on `foundation.grpc_front`
-(`activator.grpc.front`). Either serves TLS (and mutual TLS) with the activator's
-``grpc_use_ssl*`` settings. The channels to workers carry the same message bounds the
-other way, in plaintext, and reconnect within a second once a worker is back, rather than
-after gRPC's default backoff of up to two minutes.
+The router's handlers on `foundation.grpc_front` (`activator.grpc.front`), under the
+activator's `GrpcLimits` (message sizes, a bound on concurrent calls), as the data plane's;
+or, with ``grpc_frontend`` ``aio``, a ``grpc.aio`` server (also Triton's keepalive
+settings, no SO_REUSEPORT) with the same handlers. Either writes the same access log and
+serves TLS (and mutual TLS) with the activator's ``grpc_use_ssl*`` settings. The channels
+to workers carry the same message bounds the other way, in plaintext, and reconnect within
+a second once a worker is back, rather than after gRPC's default backoff of up to two
+minutes.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class GrpcListener:
             router = GrpcRouter(parts, channels)
             if self._socket is not None:
                 app = GrpcApp(
-                    front_rpcs(router.methods()),
+                    front_rpcs(router.methods(), self._core.access_log),
                     max_receive_bytes=self._settings.grpc_max_receive_bytes,
                     max_send_bytes=self._settings.grpc_max_send_bytes,
                     max_concurrent_rpcs=self._settings.grpc_max_concurrent_rpcs,

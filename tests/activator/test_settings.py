@@ -22,6 +22,18 @@ def test_environment_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.state_url == "redis://cache:6379/0"
 
 
+def test_grpc_front_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ZEROSERVE_ACTIVATOR_GRPC_FRONTEND", raising=False)
+    assert ActivatorSettings().grpc_frontend == "h2corn"
+    # grpc.aio stays selectable, and alone takes its keepalive settings.
+    monkeypatch.setenv("ZEROSERVE_ACTIVATOR_GRPC_KEEPALIVE_TIME_MS", "60000")
+    with pytest.raises(ValidationError, match="need grpc_frontend 'aio'"):
+        ActivatorSettings()
+    monkeypatch.setenv("ZEROSERVE_ACTIVATOR_GRPC_FRONTEND", "aio")
+    settings = ActivatorSettings()
+    assert (settings.grpc_frontend, settings.grpc_keepalive_time_ms) == ("aio", 60000)
+
+
 def test_frozen() -> None:
     settings = ActivatorSettings()
     with pytest.raises(ValidationError):

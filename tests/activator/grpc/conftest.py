@@ -92,14 +92,14 @@ class Client:
     def raw(self, rpc: str) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
         return self.channel.unary_unary(f"/{SERVICE}/{rpc}")
 
-    def stream(self) -> grpc.aio.StreamStreamCall[Any, pb.ModelStreamInferResponse]:
+    def stream(self, **kw: Any) -> grpc.aio.StreamStreamCall[Any, pb.ModelStreamInferResponse]:
         open_stream: grpc.aio.StreamStreamMultiCallable[Any, pb.ModelStreamInferResponse]
         open_stream = self.channel.stream_stream(
             f"/{SERVICE}/ModelStreamInfer",
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=pb.ModelStreamInferResponse.FromString,
         )
-        return open_stream()
+        return open_stream(**kw)
 
     def raw_stream(self) -> grpc.aio.StreamStreamCall[bytes, bytes]:
         open_stream: grpc.aio.StreamStreamMultiCallable[bytes, bytes]

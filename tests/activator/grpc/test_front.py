@@ -1,6 +1,7 @@
 """`activator.grpc.front.FrontContext`: what the router's handlers read of a call on the
 h2corn front end matches what grpc.aio gives them (the end-to-end cases are the router's
-tests, run with ``ZEROSERVE_ACTIVATOR_GRPC_FRONTEND=h2corn``)."""
+tests, on h2corn by default and on grpc.aio with ``ZEROSERVE_ACTIVATOR_GRPC_FRONTEND=aio``;
+the access log's run on both)."""
 
 from __future__ import annotations
 
