@@ -89,6 +89,11 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         "c=1, one front end (the first of --frontends); writes ...-grpc_activator-profile.txt",
     )
     parser.add_argument("--profile-s", type=int, default=20, help="seconds profiled")
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="with --profile: native frames too (py-spy pauses the process for each sample)",
+    )
     parser.add_argument("--top", type=int, default=40, help="functions per profile ranking")
     parser.add_argument("--tag", help="machine tag in the results file name (default: hostname)")
     parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
@@ -199,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                 frontend = args.frontend_list[0]
                 text = _profile(args, install, pids[frontend], addresses[way(ACTIVATOR, frontend)])
                 if not args.no_save:
-                    path = RESULTS_DIR / f"{stamp}-{tag}-grpc_activator-profile.txt"
+                    kind = "profile-native" if args.native else "profile"
+                    path = RESULTS_DIR / f"{stamp}-{tag}-grpc_activator-{kind}.txt"
                     path.write_text(text, encoding="utf-8")
                     print(f"profile: {path.relative_to(REPO_ROOT)}")
                 print(text)
@@ -256,7 +262,7 @@ def _profile(args: argparse.Namespace, install: PerfAnalyzerInstall, pid: int, a
     CPU and the calls per second it served meanwhile."""
     with tempfile.TemporaryDirectory(prefix="zeroserve-grpc-profile-") as folder:
         raw = Path(folder) / "pyspy-raw.txt"
-        spy_command = profiling.pyspy_command(pid, raw, args.profile_s, native=False)
+        spy_command = profiling.pyspy_command(pid, raw, args.profile_s, native=args.native)
         spy = subprocess.Popen(spy_command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:
             before = profiling.thread_cpu_seconds(pid)
