@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,11 +31,32 @@ HOST: Final = "127.0.0.1"
 REPO_ROOT: Final = Path(__file__).resolve().parents[1]
 
 
+_LISTEN_PORTS: Final = range(20_000, 32_768)
+"""Below Linux's default ephemeral range (32768-60999). A port the kernel hands out for
+port 0 comes from that range, which is also where every outgoing connection takes its local
+port: a client connecting between the pick and the server's bind can take the port, and
+the server then fails with "Address already in use". Ports below it are never taken so."""
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on now (the server binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing uses now, from below the ephemeral range (the server binds it
+    moments later)."""
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports nothing uses now (see ``free_port``)."""
+    chosen: list[int] = []
+    for port in random.sample(_LISTEN_PORTS, min(len(_LISTEN_PORTS), 64 * count)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+        chosen.append(port)
+        if len(chosen) == count:
+            return chosen
+    raise OSError(f"no {count} free loopback ports found below the ephemeral range")
 
 
 def server_command(

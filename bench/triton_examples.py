@@ -42,8 +42,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from bench.machine import describe
-from bench.server import REPO_ROOT, ServerProcess
-from bench.triton_server import free_ports
+from bench.server import REPO_ROOT, ServerProcess, free_ports
 
 HOST: Final = "127.0.0.1"
 EXAMPLE_TIMEOUT_S: Final = 120.0

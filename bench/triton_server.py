@@ -20,7 +20,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from bench import wheel_cache
+from bench.server import free_ports
 
 PYTRITON_VERSION = "0.7.0"
 """The nvidia-pytriton release that ships Triton 2.51 (release r24.10)."""
@@ -210,18 +210,6 @@ def triton_install() -> TritonInstall | str:
     if reason is not None:
         return reason
     return install
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports (held open together so they differ)."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
-    try:
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 @dataclass

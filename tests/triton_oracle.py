@@ -17,13 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.server import free_ports
 from bench.triton_server import (
     ADD_SUB_MODEL,
     PYTRITON_VERSION,
     TritonInstall,
     TritonServer,
     cache_dir,
-    free_ports,
     run_triton,
     triton_install,
 )

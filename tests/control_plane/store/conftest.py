@@ -20,18 +20,13 @@ from typing import Protocol
 
 import pytest
 
+from bench.server import free_port
 from control_plane.store.base import StateStore
 from control_plane.store.memory import MemoryStateStore
 from control_plane.store.sqlite import SqliteStateStore
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def answers_ping(port: int) -> bool:

@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
+from bench.server import free_port
 from control_plane.store.errors import StoreUnavailableError
 from control_plane.store.factory import open_state_store
 from control_plane.store.memory import MemoryStateStore
 from control_plane.store.redis import RedisStateStore
-from tests.control_plane.store.conftest import free_port
 
 
 @pytest.mark.parametrize("url", ["memory", "memory://"])

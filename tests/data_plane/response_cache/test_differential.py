@@ -14,7 +14,6 @@ other shape's answer (its key has no shapes) and zeroserve answers as a new requ
 from __future__ import annotations
 
 import re
-import socket
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from bench.server import free_port as _free_port
 from tests.integration.conftest import ServerProcess, start_server
 from tests.models import make_config
 from tests.triton_oracle import (
@@ -60,12 +60,6 @@ class Servers:
     triton: TritonServer
     zeroserve: ServerProcess
     zeroserve_grpc: str
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _write_repository(repo: Path) -> None:

@@ -11,7 +11,6 @@ CANCELLED is INVALID_ARGUMENT (HTTP's 400 is the same).
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from bench.server import free_port as _free_port
 from tests.integration.conftest import ServerProcess, start_server
 from tests.runtimes.python_backend.triton_models import MODELS, write_repository
 from tests.triton_oracle import TritonServer, triton_for
@@ -36,12 +36,6 @@ class Servers:
     triton: TritonServer
     zeroserve: ServerProcess
     zeroserve_grpc: str
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ saying why, where Triton cannot run here.
 from __future__ import annotations
 
 import queue
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from bench.server import free_port as _free_port
 from foundation.proto import grpc_service_pb2 as pb
 from tests.integration.conftest import ServerProcess, start_server
 from tests.runtimes.python_backend.streaming_models import MODELS, write_repository
@@ -45,12 +45,6 @@ class Servers:
 
     def grpc(self) -> list[str]:
         return [self.triton.grpc_address, self.zeroserve_grpc]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
