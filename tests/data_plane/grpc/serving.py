@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from data_plane.grpc.server import grpc_listener
 from foundation.grpc_limits import GrpcLimits
 from tests.data_plane.server_app import Core, data_plane_core
+from tests.loop_thread import on_loop_thread
 
 START_TIMEOUT_S = 120.0
 FRONTEND_VARIABLE = "ZEROSERVE_DATA_PLANE_GRPC_FRONTEND"
@@ -42,7 +42,6 @@ class GrpcServing:
     port: int
     core: Core
     loop: asyncio.AbstractEventLoop
-    _stop: asyncio.Event = field(repr=False)
 
     @property
     def address(self) -> str:
@@ -63,11 +62,9 @@ def serving(
 ) -> Iterator[GrpcServing]:
     """A gRPC listener on a free port over ``data_plane_core(repo, cache_dir,
     **core_options)``; stopped, and the core closed, on exit."""
-    ready = threading.Event()
-    started: list[GrpcServing] = []
-    failure: list[BaseException] = []
 
-    async def main() -> None:
+    @asynccontextmanager
+    async def listening() -> AsyncIterator[tuple[int, Core]]:
         async with data_plane_core(repo, cache_dir, **core_options) as core:
             listener = grpc_listener(
                 lambda: core.handlers,
@@ -77,32 +74,12 @@ def serving(
                 drain_timeout_s=5.0,
             )
             async with listener as port:
-                stop = asyncio.Event()
-                started.append(GrpcServing(port, core, asyncio.get_running_loop(), stop))
-                ready.set()
-                await stop.wait()
+                yield port, core
 
-    def run() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # reported to the test's thread
-            failure.append(exc)
-        finally:
-            ready.set()
-
-    thread = threading.Thread(target=run, name="grpc-serving", daemon=True)
-    thread.start()
-    try:
-        if not ready.wait(START_TIMEOUT_S):
-            raise RuntimeError(f"the gRPC listener did not start within {START_TIMEOUT_S} s")
-        if failure:
-            raise RuntimeError("the gRPC listener failed to start") from failure[0]
-        yield started[0]
-    finally:
-        if started:
-            started[0].loop.call_soon_threadsafe(started[0]._stop.set)
-        thread.join(STOP_TIMEOUT_S)
-        if thread.is_alive():
-            raise RuntimeError(f"the gRPC listener did not stop within {STOP_TIMEOUT_S} s")
-        if failure and started:
-            raise RuntimeError("the gRPC listener failed") from failure[0]
+    with on_loop_thread(
+        listening,
+        what="the gRPC listener",
+        start_timeout_s=START_TIMEOUT_S,
+        stop_timeout_s=STOP_TIMEOUT_S,
+    ) as ((port, core), loop):
+        yield GrpcServing(port, core, loop)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 
 import grpc
@@ -16,6 +16,7 @@ from foundation.grpc_front.server import serve_grpc_front
 from foundation.grpc_front.wire import RpcStatusError
 from foundation.grpc_limits import GrpcLimits
 from foundation.serving import bind_socket
+from tests.loop_thread import on_loop_thread
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -92,11 +93,9 @@ class Front:
 def serving(limits: GrpcLimits | None = None, drain_timeout_s: float = 5.0) -> Iterator[Front]:
     """The test methods under ``limits`` on a free port until exit."""
     limits = limits or GrpcLimits()
-    ready = threading.Event()
-    started: list[tuple[Front, asyncio.AbstractEventLoop, asyncio.Event]] = []
-    failure: list[BaseException] = []
 
-    async def main() -> None:
+    @asynccontextmanager
+    async def front() -> AsyncIterator[Front]:
         recorder = Recorder()
         app = GrpcApp(
             example_rpcs(recorder),
@@ -106,36 +105,15 @@ def serving(limits: GrpcLimits | None = None, drain_timeout_s: float = 5.0) -> I
         )
         with bind_socket("127.0.0.1", 0) as sock:
             async with serve_grpc_front(app, sock, limits, drain_timeout_s=drain_timeout_s) as port:
-                stop = asyncio.Event()
-                started.append((Front(port, recorder, app), asyncio.get_running_loop(), stop))
-                ready.set()
-                await stop.wait()
+                yield Front(port, recorder, app)
 
-    def run() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as exc:  # reported to the test's thread
-            failure.append(exc)
-        finally:
-            ready.set()
-
-    thread = threading.Thread(target=run, name="grpc-front", daemon=True)
-    thread.start()
-    try:
-        if not ready.wait(START_TIMEOUT_S):
-            raise RuntimeError("the front end did not start")
-        if failure:
-            raise RuntimeError("the front end failed to start") from failure[0]
-        yield started[0][0]
-    finally:
-        if started:
-            _, loop, stop = started[0]
-            loop.call_soon_threadsafe(stop.set)
-        thread.join(STOP_TIMEOUT_S)
-        if thread.is_alive():
-            raise RuntimeError("the front end did not stop")
-        if failure and started:
-            raise RuntimeError("the front end failed") from failure[0]
+    with on_loop_thread(
+        front,
+        what="the front end",
+        start_timeout_s=START_TIMEOUT_S,
+        stop_timeout_s=STOP_TIMEOUT_S,
+    ) as (started, _):
+        yield started
 
 
 def call(address: str, method: str, payload: bytes, **options: object) -> bytes:
