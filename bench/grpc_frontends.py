@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -39,7 +38,7 @@ from bench import h2load, machine
 from bench.grpc_contenders import Contender, Servers, check_answers, start_triton, write_repository
 from bench.grpc_echo import run_echo
 from bench.grpc_points import Point, measure, save_results, summary
-from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
+from bench.server import REPO_ROOT, ServerProcess, exit_on_sigterm, free_port, server_command
 
 FRONTENDS: Final = ("aio", "h2corn")
 MODELS: Final = ("light", "mlp_triton")
@@ -75,13 +74,9 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     started_utc = datetime.now(UTC)
     client = h2load.find()
     if client is None:

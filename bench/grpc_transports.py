@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import signal
 import sys
 import tempfile
 from datetime import UTC, datetime
@@ -52,7 +51,7 @@ from bench import h2load
 from bench.grpc_contenders import CONTENDERS, Servers, check_answers, start_triton, write_repository
 from bench.grpc_echo import run_echo
 from bench.grpc_points import Point, measure, save_results, summary, tables, targets
-from bench.server import REPO_ROOT, ServerProcess, free_port, server_command
+from bench.server import REPO_ROOT, ServerProcess, exit_on_sigterm, free_port, server_command
 
 ZEROSERVE_MODELS: Final = ("light", "mlp_triton", "mlp_inprocess")
 
@@ -102,15 +101,9 @@ def _client(args: argparse.Namespace) -> str | None:
     return found
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    # As an exception in the main thread, so that the servers are stopped and the regions
-    # and the .pth file removed on the way out (the default action skips all of that).
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    exit_on_sigterm()
     started_utc = datetime.now(UTC)
     client = _client(args)
     client_name = h2load.version(client) if client else "zeroserve bench (in process)"

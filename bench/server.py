@@ -271,3 +271,14 @@ def infer_once(
         raise RuntimeError("binary output without Inference-Header-Content-Length")
     raw = payload[split : split + int(size)]
     return np.frombuffer(raw, dtype="<f4").reshape(shape)
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM a SystemExit in the main thread, so that a benchmark stopped that way
+    still stops its servers and removes what it made on the way out (the default action
+    skips all of that)."""
+
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
