@@ -25,6 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
         pytest.param("data_plane.py", [], "wrk", "targets:", id="data_plane"),
         pytest.param("activator.py", [], None, "targets:", id="activator"),
         pytest.param("activator.py", ["--keys"], None, "keys and quotas", id="activator-keys"),
+        pytest.param(
+            "grpc_activator.py", ["--client", "grpcio"], None, "added p50", id="grpc_activator"
+        ),
         pytest.param("llm.py", [], None, "targets:", id="llm"),
         pytest.param("loadgen_ceiling.py", [], None, "ceiling", id="loadgen_ceiling"),
         pytest.param("scale_from_zero.py", [], None, "targets:", id="scale_from_zero"),
