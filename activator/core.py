@@ -126,6 +126,8 @@ class CoreParts:
     traffic: Traffic
     proxy: Proxy
     """The HTTP hop to the workers."""
+    pool: UpstreamPool
+    """The keep-alive connections to the workers' HTTP ports (the proxy's and gRPC-Web's)."""
     replica_events: ReplicaEvents
     sequences: SequenceBindings
     """Which replica each live sequence runs on (the requests of a sequence stick to it)."""
@@ -331,6 +333,7 @@ class ActivatorCore:
                 view=view,
                 traffic=traffic,
                 proxy=proxy,
+                pool=pool,
                 replica_events=events,
                 sequences=sequences,
                 gate=self.gate,

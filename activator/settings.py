@@ -27,8 +27,13 @@ class ActivatorSettings(BaseSettings, ServerLimits, GrpcLimits):
     grpc_frontend: Literal["aio", "h2corn"] = "h2corn"
     """What carries the public gRPC endpoint: ``h2corn`` (`foundation.grpc_front`, as on the
     data plane) or ``aio`` (grpc.aio, which alone carries out the keepalive, ping-strike and
-    connection-age settings); the access log is the same on both, and calls to workers go
-    through grpc.aio channels either way."""
+    connection-age settings); the access log is the same on both."""
+    grpc_worker_protocol: Literal["grpc-web", "grpc"] = "grpc-web"
+    """How unary calls (ModelInfer, ModelMetadata...) reach a worker: ``grpc-web``, one
+    HTTP/1.1 request on the pooled keep-alive connections to the worker's HTTP port that
+    HTTP requests use (the worker serves gRPC-Web there; the cheaper hop,
+    ``bench/grpc_activator.py``), or ``grpc``, a call on a grpc.aio channel to the worker's
+    gRPC port. Streams (ModelStreamInfer) always go over grpc.aio channels."""
 
     host: str = "127.0.0.1"
     """Address the public HTTP server binds."""

@@ -1,8 +1,10 @@
 """gRPC through the activator against gRPC straight to the worker, one call at a time.
 
-For each of the activator's gRPC front ends (``--frontends``: grpc.aio, h2corn) one
-``zeroserve up`` platform with its gRPC endpoint on (``ZEROSERVE_ACTIVATOR_GRPC_PORT``,
-``ZEROSERVE_ACTIVATOR_GRPC_FRONTEND``) serves the light MLP, registered with
+For each of the activator's set-ups (``--frontends``: its gRPC front end, grpc.aio or h2corn,
+and, after a colon, how its calls reach the worker, ``grpc-web`` over its HTTP/1.1
+connections or ``grpc`` over a grpc.aio channel) one ``zeroserve up`` platform with its
+gRPC endpoint on (``ZEROSERVE_ACTIVATOR_GRPC_PORT``, ``ZEROSERVE_ACTIVATOR_GRPC_FRONTEND``,
+``ZEROSERVE_ACTIVATOR_GRPC_WORKER_PROTOCOL``) serves the light MLP, registered with
 ``min_replicas = max_replicas = 1`` so that one worker holds it for the whole run. That
 worker is called two ways with batch-1 ModelInfer calls: at the activator's gRPC port, and
 at the worker's own (its ``grpc_address`` in the admin API). The client is Triton's
@@ -16,7 +18,7 @@ activator less direct on the same platform. The target (issue 25): the activator
 Every way's answer is checked against ONNX Runtime before anything is timed. Results go to
 ``bench/results/<UTC time>-<tag>-grpc_activator.json``.
 
-    python bench/grpc_activator.py           # 5 rounds, perf_analyzer, both front ends
+    python bench/grpc_activator.py           # 5 rounds, perf_analyzer, h2corn, both hops
     python bench/grpc_activator.py --quick   # 2 short rounds
 """
 
@@ -64,6 +66,22 @@ CALL_TIMEOUT_S: Final = 60.0
 DIRECT: Final = "direct"
 ACTIVATOR: Final = "activator"
 FRONTENDS: Final = ("aio", "h2corn")
+WORKER_PROTOCOLS: Final = ("grpc-web", "grpc")
+DEFAULT_SETUPS: Final = ("h2corn:grpc-web", "h2corn:grpc")
+
+
+def setup_env(setup: str) -> dict[str, str]:
+    """The activator's settings for a set-up ``FRONTEND[:PROTOCOL]``."""
+    frontend, _, protocol = setup.partition(":")
+    env = {"ZEROSERVE_ACTIVATOR_GRPC_FRONTEND": frontend}
+    if protocol:
+        env["ZEROSERVE_ACTIVATOR_GRPC_WORKER_PROTOCOL"] = protocol
+    return env
+
+
+def _is_setup(setup: str) -> bool:
+    frontend, _, protocol = setup.partition(":")
+    return frontend in FRONTENDS and (not protocol or protocol in WORKER_PROTOCOLS)
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -73,8 +91,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--frontends",
-        default=",".join(FRONTENDS),
-        help="the activator's gRPC front ends to measure, a platform each",
+        default=",".join(DEFAULT_SETUPS),
+        help="the activator's set-ups to measure, a platform each: FRONTEND[:PROTOCOL], "
+        f"FRONTEND one of {', '.join(FRONTENDS)}, PROTOCOL (the hop to the worker; default "
+        f"the activator's) one of {', '.join(WORKER_PROTOCOLS)}",
     )
     parser.add_argument("--client", choices=["perf_analyzer", "grpcio"], default="perf_analyzer")
     parser.add_argument("--interval-ms", type=int, default=3000, help="perf_analyzer's window")
@@ -99,8 +119,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-save", action="store_true", help="print only; write no results file")
     args = parser.parse_args(argv)
     args.frontend_list = [f.strip() for f in args.frontends.split(",") if f.strip()]
-    if not args.frontend_list or any(f not in FRONTENDS for f in args.frontend_list):
-        parser.error(f"--frontends takes {', '.join(FRONTENDS)}")
+    if not args.frontend_list or not all(_is_setup(f) for f in args.frontend_list):
+        parser.error("--frontends takes FRONTEND[:PROTOCOL] (see --help)")
     if args.quick:
         args.calls, args.warmup, args.rounds, args.interval_ms = 300, 50, 2, 1000
     return args
@@ -182,13 +202,13 @@ def main(argv: list[str] | None = None) -> int:
                 platform = stack.enter_context(
                     PlatformProcess(
                         workdir,
-                        cache_dir=workdir / f"cache-{frontend}",
+                        cache_dir=workdir / f"cache-{frontend.replace(':', '-')}",
                         allowed_storage=(str(repository),),
                         env={
                             "ZEROSERVE_ACTIVATOR_GRPC_PORT": str(grpc_port),
-                            "ZEROSERVE_ACTIVATOR_GRPC_FRONTEND": frontend,
+                            **setup_env(frontend),
                         },
-                        name=f"platform-{frontend}",
+                        name=f"platform-{frontend.replace(':', '-')}",
                     )
                 )
                 commands[frontend] = platform.command

@@ -18,6 +18,7 @@ from data_plane.app import (
 )
 from data_plane.devices import cuda_device_count
 from data_plane.grpc.server import check_port, grpc_listener
+from data_plane.grpc.web import WithGrpcWeb
 from data_plane.metrics import Metrics
 from data_plane.routes.infer import DirectInfer
 from data_plane.routes.metrics import metrics_app
@@ -55,7 +56,7 @@ def run(settings: DataPlaneSettings) -> None:
         on_engine_dead=lambda: os.kill(os.getpid(), signal.SIGTERM),
     )
     http = HttpListener(
-        app,
+        WithGrpcWeb(app, settings),
         settings,
         bind_socket(settings.host, settings.http_port),
         name="data plane",

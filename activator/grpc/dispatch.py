@@ -42,6 +42,8 @@ __all__ = [
     "Dispatch",
     "Turn",
     "WorkerStatusError",
+    "is_not_connected",
+    "status_failure",
     "method_path",
     "worker_failure",
 ]
@@ -232,15 +234,18 @@ class Dispatch:
     def not_sent(self, model: str, turn: Turn, error: grpc.aio.AioRpcError) -> bool:
         """Whether ``error`` says the worker never got the call; if so, the replica is
         left out for a while and the turn given back, and the call may go elsewhere."""
-        if error.code() != grpc.StatusCode.UNAVAILABLE or not (error.details() or "").startswith(
-            _NOT_CONNECTED
-        ):
+        if not is_not_connected(error):
             return False
+        self.not_connected(model, turn)
+        return True
+
+    def not_connected(self, model: str, turn: Turn) -> None:
+        """The turn's worker could not be reached: leave its replica out for a while and
+        give the turn back."""
         # Forget first, so that giving the grant back cannot hand the same dead replica to
         # the next waiter.
         self._view.forget(model, turn.replica)
         turn.release()
-        return True
 
     def timeout_s(self, time_remaining_s: float | None) -> float:
         """The deadline of a call to a worker: the client's, bounded by the read timeout."""
@@ -249,21 +254,48 @@ class Dispatch:
         return max(min(time_remaining_s, self.read_timeout_s), 0.0)
 
 
+def is_not_connected(error: grpc.aio.AioRpcError) -> bool:
+    """Whether a grpc.aio call failed before its worker got it (no connection)."""
+    return error.code() == grpc.StatusCode.UNAVAILABLE and (error.details() or "").startswith(
+        _NOT_CONNECTED
+    )
+
+
 def worker_failure(
     model: str, replica: Replica, error: grpc.aio.AioRpcError, *, timeout_s: float
 ) -> Exception:
-    """What the client gets for a call to ``replica`` that failed after it was sent.
+    """What the client gets for a grpc.aio call to ``replica`` that failed after it was
+    sent (see :func:`status_failure`)."""
+    metadata = tuple((key, value) for key, value in (error.trailing_metadata() or ()))
+    return status_failure(
+        model,
+        replica.grpc_address,
+        error.code(),
+        error.details() or "",
+        metadata,
+        timeout_s=timeout_s,
+    )
+
+
+def status_failure(
+    model: str,
+    address: str,
+    code: grpc.StatusCode,
+    details: str,
+    metadata: Metadata,
+    *,
+    timeout_s: float,
+) -> Exception:
+    """What the client gets for a call to the worker at ``address`` that ended with
+    ``code`` after it was sent.
 
     UNAVAILABLE is the transport's (the worker died, reset or closed the connection) or the
     worker's own; either way the message names the worker. DEADLINE_EXCEEDED after the
     activator's own bound is the activator's timeout. Anything else is the worker's answer
     and passes through unchanged.
     """
-    code = error.code()
-    details = error.details() or ""
     if code == grpc.StatusCode.UNAVAILABLE:
-        return UpstreamError(model=model, url=replica.grpc_address, reason=details or "unavailable")
+        return UpstreamError(model=model, url=address, reason=details or "unavailable")
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return UpstreamTimeoutError(model=model, url=replica.grpc_address, timeout_s=timeout_s)
-    metadata = tuple((key, value) for key, value in (error.trailing_metadata() or ()))
+        return UpstreamTimeoutError(model=model, url=address, timeout_s=timeout_s)
     return WorkerStatusError(code, details, metadata)

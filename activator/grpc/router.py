@@ -121,8 +121,14 @@ class GrpcRouter:
             sequences=parts.sequences,
         )
         self._dispatch = dispatch
+        is_web = settings.grpc_worker_protocol == "grpc-web"
         self._unary = UnaryForward(
-            dispatch, channels, parts.traffic, activation_timeout_s=settings.activation_timeout_s
+            dispatch,
+            channels,
+            parts.traffic,
+            activation_timeout_s=settings.activation_timeout_s,
+            pool=parts.pool if is_web else None,
+            max_answer_bytes=settings.grpc_max_send_bytes,
         )
         self._stream = StreamForward(
             dispatch,

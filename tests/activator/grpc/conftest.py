@@ -36,12 +36,13 @@ async def place(
     store: FakeStore, model: str, worker: FakeWorker | str, worker_id: str = ""
 ) -> None:
     """Publish a placement of ``model`` on ``worker`` (or on a bare gRPC address)."""
+    url = "http://127.0.0.1:9"
     if isinstance(worker, FakeWorker):
-        address, worker_id = worker.address, worker.worker_id
+        address, worker_id, url = worker.address, worker.worker_id, worker.url
     else:
         address = worker
     await store.add_placement(
-        Placement(model=model, worker_id=worker_id, url="http://127.0.0.1:9", grpc_address=address)
+        Placement(model=model, worker_id=worker_id, url=url, grpc_address=address)
     )
 
 

@@ -1,16 +1,24 @@
 """A worker's gRPC surface in process, for the router's tests: answers ModelInfer and
 ModelStreamInfer by echoing, ModelMetadata/ModelConfig/ModelStatistics with a small
-message, and records what it got; a test can hold its answers, make it fail, or stop it."""
+message, and records what it got; a test can hold its answers, make it fail, or stop it.
+It serves the same methods on a gRPC port (grpc.aio) and as gRPC-Web on an HTTP port
+(uvicorn), as a real worker does."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import uvicorn
 
+from activator.grpc.front import front_rpcs
+from foundation.grpc_front.app import GrpcApp
+from foundation.grpc_front.web import GrpcWebApp
 from foundation.proto import grpc_service_pb2 as pb
+from tests.uvicorn_server import serving
 
 SERVICE = "inference.GRPCInferenceService"
 WORKER_PARAMETER = "worker"
@@ -35,7 +43,13 @@ class FakeWorker:
         self.started = asyncio.Event()
         """Set once a call reached the worker (and waits, with ``hold``)."""
         self._server: grpc.aio.Server | None = None
+        self._http: contextlib.AsyncExitStack | None = None
+        self._uvicorn: uvicorn.Server | None = None
         self.port = 0
+        self.url = ""
+        """The HTTP port's base URL (gRPC-Web)."""
+        self.web: GrpcWebApp | None = None
+        """The HTTP port's ASGI app."""
 
     @property
     def address(self) -> str:
@@ -43,32 +57,52 @@ class FakeWorker:
 
     async def __aenter__(self) -> FakeWorker:
         server = self._server = grpc.aio.server()
-        server.add_generic_rpc_handlers([self._handler()])
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler(SERVICE, self._methods())]
+        )
         self.port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
+        web = self.web = GrpcWebApp(
+            GrpcApp(
+                front_rpcs(self._methods()),
+                max_receive_bytes=1 << 22,
+                max_send_bytes=1 << 22,
+                max_concurrent_rpcs=100,
+            )
+        )
+        config = uvicorn.Config(web, host="127.0.0.1", port=0, lifespan="off", log_level="error")
+        self._uvicorn = uvicorn.Server(config)
+        self._http = contextlib.AsyncExitStack()
+        self.url = await self._http.enter_async_context(serving(self._uvicorn))
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop()
 
     async def stop(self, grace_s: float | None = None) -> None:
+        """Stop both ports; calls in flight get ``grace_s`` on the gRPC port."""
         if self._server is not None:
             await self._server.stop(grace_s)
+        if self._http is not None:
+            http, self._http = self._http, None
+            if grace_s is None:
+                # A worker that dies: its connections drop, calls in flight with them.
+                assert self._uvicorn is not None
+                for connection in list(self._uvicorn.server_state.connections):
+                    connection.transport.abort()
+            await http.aclose()
 
-    def _handler(self) -> grpc.GenericRpcHandler:
+    def _methods(self) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
         def unary(method: Any) -> grpc.RpcMethodHandler[Any, Any]:
             return grpc.unary_unary_rpc_method_handler(method)
 
-        return grpc.method_handlers_generic_handler(
-            SERVICE,
-            {
-                "ModelInfer": unary(self._infer),
-                "ModelMetadata": unary(self._metadata),
-                "ModelConfig": unary(self._config),
-                "ModelStatistics": unary(self._statistics),
-                "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(self._stream),
-            },
-        )
+        return {
+            "ModelInfer": unary(self._infer),
+            "ModelMetadata": unary(self._metadata),
+            "ModelConfig": unary(self._config),
+            "ModelStatistics": unary(self._statistics),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(self._stream),
+        }
 
     def _answer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
         response = pb.ModelInferResponse(

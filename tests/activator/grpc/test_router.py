@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from activator.app import create_app_on
+from foundation.grpc_front.web import is_grpc_web
 from foundation.proto import grpc_service_pb2 as pb
 from foundation.records import Placement
 from tests.activator.conftest import asgi_client, serve_asgi
@@ -28,6 +29,14 @@ from tests.activator.grpc.conftest import (
 from tests.activator.grpc.fake_worker import FakeWorker
 
 pytestmark = pytest.mark.anyio
+
+WORKER_PROTOCOLS = pytest.mark.parametrize("protocol", ["grpc-web", "grpc"])
+"""Unary calls reach workers as gRPC-Web (the default) or over gRPC channels."""
+
+
+def _named(worker: FakeWorker, protocol: str) -> str:
+    """How the activator's errors name ``worker``: by the address the call went to."""
+    return worker.url if protocol == "grpc-web" else worker.address
 
 
 def _dead_address() -> str:
@@ -164,12 +173,15 @@ async def test_calls_at_zero_wait_for_one_activation_and_all_get_their_answer() 
     assert first.worker_id == "w1"
 
 
-async def test_requests_go_to_the_replica_with_fewest_in_flight() -> None:
+@WORKER_PROTOCOLS
+async def test_requests_go_to_the_replica_with_fewest_in_flight(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("w1") as w1, FakeWorker("w2") as w2:
         w1.hold, w2.hold = asyncio.Event(), asyncio.Event()
-        async with grpc_activator(store, RecordingActivate()) as client:
+        async with grpc_activator(
+            store, RecordingActivate(), grpc_worker_protocol=protocol
+        ) as client:
             await place(store, "m", w1)
             await place(store, "m", w2)
             await wait_until(lambda: len(client.core.parts.table.replicas("m")) == 2)
@@ -182,11 +194,14 @@ async def test_requests_go_to_the_replica_with_fewest_in_flight() -> None:
     assert collections.Counter(answered_by(r) for r in responses) == {"w1": 5, "w2": 5}
 
 
-async def test_metadata_config_and_statistics_pass_through() -> None:
+@WORKER_PROTOCOLS
+async def test_metadata_config_and_statistics_pass_through(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("w1") as worker:
-        async with grpc_activator(store, PlaceOnActivate(store, [worker])) as client:
+        async with grpc_activator(
+            store, PlaceOnActivate(store, [worker]), grpc_worker_protocol=protocol
+        ) as client:
             meta = await client.unary("ModelMetadata", pb.ModelMetadataResponse)(
                 pb.ModelMetadataRequest(name="m")
             )
@@ -246,11 +261,16 @@ async def test_a_failed_activation_fails_its_burst_unavailable() -> None:
     assert caught.value.details() == "model 'm' could not be activated: no capacity"
 
 
-async def test_a_replica_that_refuses_the_connection_is_skipped_and_the_call_retried() -> None:
+@WORKER_PROTOCOLS
+async def test_a_replica_that_refuses_the_connection_is_skipped_and_the_call_retried(
+    protocol: str,
+) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("live") as worker:
-        async with grpc_activator(store, RecordingActivate()) as client:
+        async with grpc_activator(
+            store, RecordingActivate(), grpc_worker_protocol=protocol
+        ) as client:
             await place(store, "m", _dead_address(), worker_id="dead")
             await place(store, "m", worker)
             await wait_until(lambda: len(client.core.parts.table.replicas("m")) == 2)
@@ -272,12 +292,15 @@ async def test_a_worker_without_grpc_is_unavailable() -> None:
     assert caught.value.details() == "model 'm': worker http-only serves no gRPC"
 
 
-async def test_the_workers_own_errors_pass_through_unchanged() -> None:
+@WORKER_PROTOCOLS
+async def test_the_workers_own_errors_pass_through_unchanged(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("w1") as worker:
         worker.error = (grpc.StatusCode.INVALID_ARGUMENT, "unexpected inference input 'X'")
-        async with grpc_activator(store, PlaceOnActivate(store, [worker])) as client:
+        async with grpc_activator(
+            store, PlaceOnActivate(store, [worker]), grpc_worker_protocol=protocol
+        ) as client:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await client.infer("m", timeout=WAIT_S)
             # The failure does not count against the replica: the next call is answered.
@@ -287,13 +310,16 @@ async def test_the_workers_own_errors_pass_through_unchanged() -> None:
     assert caught.value.details() == "unexpected inference input 'X'"
 
 
-async def test_a_worker_that_dies_mid_call_gives_a_clear_unavailable() -> None:
+@WORKER_PROTOCOLS
+async def test_a_worker_that_dies_mid_call_gives_a_clear_unavailable(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
     worker = FakeWorker("w1")
     async with worker:
         worker.hold = asyncio.Event()
-        async with grpc_activator(store, PlaceOnActivate(store, [worker])) as client:
+        async with grpc_activator(
+            store, PlaceOnActivate(store, [worker]), grpc_worker_protocol=protocol
+        ) as client:
             call = asyncio.ensure_future(client.infer("m", timeout=WAIT_S))
             await asyncio.wait_for(worker.started.wait(), WAIT_S)
             await worker.stop(None)
@@ -302,15 +328,18 @@ async def test_a_worker_that_dies_mid_call_gives_a_clear_unavailable() -> None:
             replica = client.core.parts.table.replicas("m")[0]
             assert (replica.in_flight, replica.awaiting_head) == (0, 0)
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
-    assert f"model 'm': worker {worker.address} failed:" in (caught.value.details() or "")
+    assert f"model 'm': worker {_named(worker, protocol)} failed:" in (caught.value.details() or "")
 
 
-async def test_a_client_that_cancels_cancels_the_workers_call() -> None:
+@WORKER_PROTOCOLS
+async def test_a_client_that_cancels_cancels_the_workers_call(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("w1") as worker:
         worker.hold = asyncio.Event()
-        async with grpc_activator(store, PlaceOnActivate(store, [worker])) as client:
+        async with grpc_activator(
+            store, PlaceOnActivate(store, [worker]), grpc_worker_protocol=protocol
+        ) as client:
             call = client.unary("ModelInfer", pb.ModelInferResponse)(infer_request("m"))
             await asyncio.wait_for(worker.started.wait(), WAIT_S)
             call.cancel()
@@ -332,12 +361,17 @@ async def test_a_client_that_leaves_while_buffered_gives_its_place_up() -> None:
         await wait_until(lambda: client.core.parts.traffic.in_flight("m") == 0)
 
 
-async def test_the_workers_deadline_is_the_clients_bounded_by_the_read_timeout() -> None:
+@WORKER_PROTOCOLS
+async def test_the_workers_deadline_is_the_clients_bounded_by_the_read_timeout(
+    protocol: str,
+) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("w1") as worker:
         activate = PlaceOnActivate(store, [worker])
-        async with grpc_activator(store, activate, upstream_read_timeout_s=20.0) as client:
+        async with grpc_activator(
+            store, activate, upstream_read_timeout_s=20.0, grpc_worker_protocol=protocol
+        ) as client:
             await client.infer("m")
             await client.infer("m", timeout=5.0)
     unbounded, bounded = worker.timeouts
@@ -346,26 +380,32 @@ async def test_the_workers_deadline_is_the_clients_bounded_by_the_read_timeout()
     assert bounded is not None and bounded <= 6.0
 
 
-async def test_a_worker_slower_than_the_read_timeout_is_deadline_exceeded() -> None:
+@WORKER_PROTOCOLS
+async def test_a_worker_slower_than_the_read_timeout_is_deadline_exceeded(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("w1") as worker:
         worker.hold = asyncio.Event()
         activate = PlaceOnActivate(store, [worker])
-        async with grpc_activator(store, activate, upstream_read_timeout_s=0.3) as client:
+        async with grpc_activator(
+            store, activate, upstream_read_timeout_s=0.3, grpc_worker_protocol=protocol
+        ) as client:
             with pytest.raises(grpc.aio.AioRpcError) as caught:
                 await client.infer("m", timeout=WAIT_S)
     assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     assert caught.value.details() == (
-        f"model 'm': worker {worker.address} did not answer within 0.3 s"
+        f"model 'm': worker {_named(worker, protocol)} did not answer within 0.3 s"
     )
 
 
-async def test_the_clients_metadata_goes_to_the_worker() -> None:
+@WORKER_PROTOCOLS
+async def test_the_clients_metadata_goes_to_the_worker(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
     async with FakeWorker("w1") as worker:
-        async with grpc_activator(store, PlaceOnActivate(store, [worker])) as client:
+        async with grpc_activator(
+            store, PlaceOnActivate(store, [worker]), grpc_worker_protocol=protocol
+        ) as client:
             await client.infer("m", metadata=(("x-request-id", "abc"),))
     assert worker.metadata[0]["x-request-id"] == "abc"
 
@@ -375,7 +415,9 @@ async def test_one_channel_per_worker_closed_when_the_worker_leaves() -> None:
     store.register("m")
     store.register("n")
     async with FakeWorker("w1") as worker:
-        async with grpc_activator(store, RecordingActivate()) as client:
+        async with grpc_activator(
+            store, RecordingActivate(), grpc_worker_protocol="grpc"
+        ) as client:
             await place(store, "m", worker)
             await place(store, "n", worker)
             await wait_until(lambda: len(client.core.parts.table.models()) == 2)
@@ -389,11 +431,16 @@ async def test_one_channel_per_worker_closed_when_the_worker_leaves() -> None:
             await wait_until(lambda: client.listener.open_channels == 0)
 
 
-async def test_grpc_and_http_share_one_buffer_and_one_activation() -> None:
+@WORKER_PROTOCOLS
+async def test_grpc_and_http_share_one_buffer_and_one_activation(protocol: str) -> None:
     store = FakeStore()
     store.register("m")
 
     async def http_worker(scope, receive, send) -> None:
+        if is_grpc_web(scope):
+            assert worker.web is not None
+            await worker.web(scope, receive, send)
+            return
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"{}"})
 
@@ -408,7 +455,7 @@ async def test_grpc_and_http_share_one_buffer_and_one_activation() -> None:
             )
 
         activations: list[str] = []
-        async with grpc_activator(store, activate) as client:
+        async with grpc_activator(store, activate, grpc_worker_protocol=protocol) as client:
             app = create_app_on(client.core)
             async with asgi_client(app) as http:
                 grpc_call = asyncio.ensure_future(client.infer("m", timeout=WAIT_S))
