@@ -44,6 +44,7 @@ from typing import Any, Protocol
 
 from control_plane import usage
 from control_plane.backends.base import PodBackend
+from control_plane.keepalive.history import IdleHistory
 from control_plane.keepalive.plan import KeepAlivePlan, wants_loaded
 from control_plane.keepalive.policies import AdaptivePolicy, KeepAlivePolicy
 from control_plane.keepalive.tracker import STATE_KEY, IdleTracker, track
@@ -219,6 +220,9 @@ class Reaper:
         once, written back when it changes)."""
         self._load_s: dict[str, float] = {}
         """Adaptive models -> their last measured load time (from activation timelines)."""
+        self._plans: dict[str, tuple[IdleHistory, tuple[float, float, bool], KeepAlivePlan]] = {}
+        """Adaptive models -> their plan, with the history and (load time, bound, whether
+        the history is trusted) it was decided on."""
         self._ledgers: dict[str, usage.UsageLedger] = {}
         """Models -> their usage (read from the store once, written back every few s)."""
         self._unflushed: dict[str, float] = {}
@@ -458,6 +462,7 @@ class Reaper:
         for gone in set(self._trackers) - set(models):
             del self._trackers[gone]
             self._load_s.pop(gone, None)
+            self._plans.pop(gone, None)
         for name, record in models.items():
             if record.scaling.policy != "adaptive" or record.scaling.min_replicas > 0:
                 continue
@@ -507,7 +512,20 @@ class Reaper:
                 await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
             self._load_s[name] = await self._measured_load_s(name)
         load_s = self._load_s[name]
+        # Decay scales every count of the history alike and the plan reads only their
+        # shape, so it changes with a new idle time, the load time or the bound, or when
+        # decay takes the history below the policy's minimum: otherwise the last plan
+        # stands (deciding costs ~0.1 ms, every sweep, on the loop that may serve requests).
+        inputs = (
+            load_s,
+            record.scaling.idle_timeout_s,
+            tracker.history.decayed_to(now).gaps >= policy.min_gaps,
+        )
+        cached = self._plans.get(name)
+        if cached is not None and cached[0] is tracker.history and cached[1] == inputs:
+            return tracker, cached[2], load_s
         plan = _decide(policy, tracker, record, load_s, now)
+        self._plans[name] = (tracker.history, inputs, plan)
         return tracker, plan, load_s
 
     async def _measured_load_s(self, model: str) -> float:
