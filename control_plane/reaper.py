@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from control_plane import usage
 from control_plane.backends.base import PodBackend
 from control_plane.keepalive.history import IdleHistory
-from control_plane.keepalive.plan import KeepAlivePlan, wants_loaded
+from control_plane.keepalive.plan import KeepAlivePlan, engine_state, wants_loaded
 from control_plane.keepalive.policies import AdaptivePolicy, KeepAlivePolicy
 from control_plane.keepalive.tracker import STATE_KEY, IdleTracker, track
 from control_plane.metrics import ControlPlaneMetrics
@@ -320,12 +320,10 @@ class Reaper:
                     if tracker.prewarmed_for != since:
                         since = max(since, min(p.since for p in replicas))
                     idle_s = now - since
-                is_wanted = wants_loaded(plan, idle_s, load_s)
-                sleep_after_s = record.scaling.sleep_after_s
-                if sleep_after_s > 0 and (idle_s >= sleep_after_s or not is_wanted):
-                    # An engine that can sleep gives the device back at once and wakes in
-                    # a fraction of a load: it sleeps where the plan would unload (or at
-                    # sleep_after_s), and idle_timeout_s unloads it (the sleeping path).
+                state = engine_state(
+                    plan, idle_s, load_s, sleep_after_s=record.scaling.sleep_after_s
+                )
+                if state == "sleeping":
                     logger.info(
                         "%s idle for %.1f s; putting it to sleep (%s)",
                         name,
@@ -336,7 +334,7 @@ class Reaper:
                     for p in replicas:
                         self._sleep(p)
                     continue
-                if is_wanted:
+                if state == "loaded":
                     continue
                 logger.info(
                     "%s idle for %.1f s; unloading (%s)",
