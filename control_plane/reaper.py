@@ -501,13 +501,16 @@ class Reaper:
             doc = await self._store.get_model_state(name, STATE_KEY)
             tracker = IdleTracker.from_json(doc) if doc else IdleTracker(policy.new_history())
         last = max((r.last_request_at for r in reports), default=None)
+        began = tracker.idle_since
         tracker, learned = track(
             tracker, last_request_at=last, in_flight=sum(r.in_flight for r in reports), now=now
         )
         self._trackers[name] = tracker
+        # Also when an idle period begins: the reports that show it expire, and a reaper
+        # taking over later must still know when it began to learn it and pre-warm in it.
+        if learned or tracker.idle_since not in (None, began):
+            await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
         if learned or name not in self._load_s:
-            if learned:
-                await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
             self._load_s[name] = await self._measured_load_s(name)
         load_s = self._load_s[name]
         # Decay scales every count of the history alike and the plan reads only their

@@ -319,11 +319,13 @@ async def test_a_restarted_reaper_goes_on_from_what_the_store_kept():
         await s.traffic("m", 0)
         await s.sweep()
         await s.reaper.close()  # a restart, or another control plane taking over
+        s.mono.advance(REPORT_TTL_S + 1)  # meanwhile the last reports expire
+        assert await s.store.traffic("m") == []
         s.reaper = s.new_reaper()
         s.wall.advance(25.0)
-        await s.sweep()  # the new reaper sees the idle period the reports show
+        await s.sweep()
         s.wall.advance(25.0)
-        await s.traffic("m", 1)  # and learns it when it ends
+        await s.traffic("m", 1)  # the idle period that began before the restart ends
         await s.sweep()
         doc = await s.store.get_model_state("m", STATE_KEY)
         assert doc is not None
