@@ -64,6 +64,7 @@ from control_plane.errors import (
     ActivationTimeoutError,
     LoadFailedError,
     ModelNotFoundError,
+    NoCapacityError,
 )
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import PlaceProgress, PlaceResult
@@ -424,7 +425,14 @@ class Orchestrator:
                 raise ModelFailedError(
                     model=model, reason=failure.reason, failed_at=failure.failed_at
                 ) from exc
-            if record is not None and not isinstance(exc, ModelNotFoundError):
+            # A pre-warm refused for want of free room says nothing about the model: the
+            # request it guessed at may still evict to load it, and must not be backed off.
+            is_guess_refused = trigger == "prewarm" and isinstance(exc, NoCapacityError)
+            if (
+                record is not None
+                and not isinstance(exc, ModelNotFoundError)
+                and not is_guess_refused
+            ):
                 self._backoff[model] = backoff.after_failure(
                     self._backoff.get(model), self._clock(), self._policy, message
                 )

@@ -44,7 +44,8 @@ from typing import Any, Protocol
 
 from control_plane import usage
 from control_plane.backends.base import PodBackend
-from control_plane.keepalive.plan import KeepAlivePlan, wants_loaded
+from control_plane.keepalive.history import IdleHistory
+from control_plane.keepalive.plan import KeepAlivePlan, engine_state, wants_loaded
 from control_plane.keepalive.policies import AdaptivePolicy, KeepAlivePolicy
 from control_plane.keepalive.tracker import STATE_KEY, IdleTracker, track
 from control_plane.metrics import ControlPlaneMetrics
@@ -219,6 +220,9 @@ class Reaper:
         once, written back when it changes)."""
         self._load_s: dict[str, float] = {}
         """Adaptive models -> their last measured load time (from activation timelines)."""
+        self._plans: dict[str, tuple[IdleHistory, tuple[float, float, bool], KeepAlivePlan]] = {}
+        """Adaptive models -> their plan, with the history and (load time, bound, whether
+        the history is trusted) it was decided on."""
         self._ledgers: dict[str, usage.UsageLedger] = {}
         """Models -> their usage (read from the store once, written back every few s)."""
         self._unflushed: dict[str, float] = {}
@@ -316,12 +320,10 @@ class Reaper:
                     if tracker.prewarmed_for != since:
                         since = max(since, min(p.since for p in replicas))
                     idle_s = now - since
-                is_wanted = wants_loaded(plan, idle_s, load_s)
-                sleep_after_s = record.scaling.sleep_after_s
-                if sleep_after_s > 0 and (idle_s >= sleep_after_s or not is_wanted):
-                    # An engine that can sleep gives the device back at once and wakes in
-                    # a fraction of a load: it sleeps where the plan would unload (or at
-                    # sleep_after_s), and idle_timeout_s unloads it (the sleeping path).
+                state = engine_state(
+                    plan, idle_s, load_s, sleep_after_s=record.scaling.sleep_after_s
+                )
+                if state == "sleeping":
                     logger.info(
                         "%s idle for %.1f s; putting it to sleep (%s)",
                         name,
@@ -332,7 +334,7 @@ class Reaper:
                     for p in replicas:
                         self._sleep(p)
                     continue
-                if is_wanted:
+                if state == "loaded":
                     continue
                 logger.info(
                     "%s idle for %.1f s; unloading (%s)",
@@ -458,6 +460,7 @@ class Reaper:
         for gone in set(self._trackers) - set(models):
             del self._trackers[gone]
             self._load_s.pop(gone, None)
+            self._plans.pop(gone, None)
         for name, record in models.items():
             if record.scaling.policy != "adaptive" or record.scaling.min_replicas > 0:
                 continue
@@ -498,16 +501,32 @@ class Reaper:
             doc = await self._store.get_model_state(name, STATE_KEY)
             tracker = IdleTracker.from_json(doc) if doc else IdleTracker(policy.new_history())
         last = max((r.last_request_at for r in reports), default=None)
+        began = tracker.idle_since
         tracker, learned = track(
             tracker, last_request_at=last, in_flight=sum(r.in_flight for r in reports), now=now
         )
         self._trackers[name] = tracker
+        # Also when an idle period begins: the reports that show it expire, and a reaper
+        # taking over later must still know when it began to learn it and pre-warm in it.
+        if learned or tracker.idle_since not in (None, began):
+            await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
         if learned or name not in self._load_s:
-            if learned:
-                await self._store.put_model_state(name, STATE_KEY, tracker.to_json())
             self._load_s[name] = await self._measured_load_s(name)
         load_s = self._load_s[name]
+        # Decay scales every count of the history alike and the plan reads only their
+        # shape, so it changes with a new idle time, the load time or the bound, or when
+        # decay takes the history below the policy's minimum: otherwise the last plan
+        # stands (deciding costs ~0.1 ms, every sweep, on the loop that may serve requests).
+        inputs = (
+            load_s,
+            record.scaling.idle_timeout_s,
+            tracker.history.decayed_to(now).gaps >= policy.min_gaps,
+        )
+        cached = self._plans.get(name)
+        if cached is not None and cached[0] is tracker.history and cached[1] == inputs:
+            return tracker, cached[2], load_s
         plan = _decide(policy, tracker, record, load_s, now)
+        self._plans[name] = (tracker.history, inputs, plan)
         return tracker, plan, load_s
 
     async def _measured_load_s(self, model: str) -> float:

@@ -10,11 +10,22 @@ idle gaps whose length is known (the simulator and the oracle).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["KeepAlivePlan", "Outcome", "oracle_outcome", "outcome", "wants_loaded"]
+__all__ = [
+    "EngineState",
+    "KeepAlivePlan",
+    "Outcome",
+    "engine_state",
+    "oracle_outcome",
+    "outcome",
+    "wants_loaded",
+]
+
+EngineState = Literal["loaded", "sleeping", "unloaded"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +59,22 @@ def wants_loaded(plan: KeepAlivePlan, idle_s: float, load_s: float) -> bool:
     if plan.prewarm_at_s is None:
         return False
     return plan.prewarm_at_s - load_s <= idle_s < plan.prewarm_at_s + plan.prewarm_window_s
+
+
+def engine_state(
+    plan: KeepAlivePlan, idle_s: float, load_s: float, *, sleep_after_s: float
+) -> EngineState:
+    """Where a loaded replica should be ``idle_s`` into its idle period under ``plan``.
+
+    An engine that can sleep (``sleep_after_s`` > 0: an LLM engine that frees the device
+    and keeps its weights in host memory, woken in a fraction of a load) sleeps where the
+    plan would unload it, or at ``sleep_after_s`` if that comes first; ``idle_timeout_s``
+    later unloads it asleep (the reaper's sleeping path, the same for every policy). Any
+    other replica stays loaded while the plan wants it and is unloaded after."""
+    is_wanted = wants_loaded(plan, idle_s, load_s)
+    if sleep_after_s > 0 and (idle_s >= sleep_after_s or not is_wanted):
+        return "sleeping"
+    return "loaded" if is_wanted else "unloaded"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 Pure: :func:`track` takes the state, what the activators report and ``now`` (wall clock:
 reports carry wall-clock times), and returns the new state and whether it learned an idle
-time (the caller then persists it, so a restarted or failed-over control plane remembers).
+time (the caller then persists it, as it does when ``idle_since`` is newly set, so a
+restarted or failed-over control plane remembers both the history and the idle period
+under way, whose reports may have expired).
 An idle period starts when nothing is in flight (at the last request's arrival, the latest
 the reports say) and ends when a later request arrives; sweeps run every second or so, so
 the gap is measured to within a sweep.

@@ -14,7 +14,12 @@ from prometheus_client import CollectorRegistry
 
 from control_plane.activation import Orchestrator
 from control_plane.backends.base import PoolSpec
-from control_plane.errors import ActivationTimeoutError, LoadFailedError, ModelNotFoundError
+from control_plane.errors import (
+    ActivationTimeoutError,
+    LoadFailedError,
+    ModelNotFoundError,
+    NoCapacityError,
+)
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
 from control_plane.store.memory import MemoryStateStore
@@ -346,6 +351,43 @@ async def test_a_request_replaces_a_placement_whose_worker_is_dead():
         assert workers.loads() == [("w1", "m"), ("w1", "m")]
         assert await store.list_placements("m") == [second]
         assert len(await store.list_activations("m")) == 2
+    finally:
+        await orchestrator.close()
+        await placer.close()
+        await store.close()
+
+
+async def test_a_prewarm_is_an_activation_marked_as_such_that_evicts_nothing():
+    settings = make_settings(max_workers=1, max_models_per_worker=1)
+    store = MemoryStateStore()
+    backend = FakeBackend()
+    workers = FakeWorkers()
+    pool = PoolSpec(name=settings.pool, max_workers=1)
+    await backend.ensure_pool(pool)
+    registry = CollectorRegistry()
+    placer = Placer(store, backend, pool, workers, settings)
+    orchestrator = Orchestrator(store, placer, settings, ControlPlaneMetrics(registry), Acting())
+    try:
+        for name in ("serving", "guessed"):
+            await store.create_model(ModelRecord(name=name, storage_uri=f"/models/{name}"))
+        await orchestrator.activate("serving")
+        # The only room is the loaded model's: a pre-warm does not take it.
+        with pytest.raises(NoCapacityError):
+            await orchestrator.activate("guessed", trigger="prewarm")
+        assert [p.model for p in await store.list_placements()] == ["serving"]
+        assert ("w1", "serving") not in workers.unloads()
+        [timeline] = await store.list_activations("guessed")
+        assert (timeline["trigger"], timeline["outcome"]) == ("prewarm", "failed")
+        failed = {"outcome": "failed", "trigger": "prewarm"}
+        assert registry.get_sample_value("zeroserve_activations_total", failed) == 1.0
+        # Its refusal backs nothing off: the request it guessed at evicts and loads at once.
+        await orchestrator.activate("guessed")
+        assert [p.model for p in await store.list_placements()] == ["guessed"]
+        # With free room a pre-warm loads like any activation, its timeline marked.
+        await store.delete_model("guessed")
+        await orchestrator.activate("serving", trigger="prewarm")
+        newest = (await store.list_activations("serving"))[0]
+        assert (newest["trigger"], newest["outcome"]) == ("prewarm", "ready")
     finally:
         await orchestrator.close()
         await placer.close()

@@ -187,7 +187,9 @@ EXPORTS = {
     "control_plane.keepalive.forecast": {"forecast_next"},
     "control_plane.keepalive.history": {"IdleHistory", "geometric_edges", "minute_edges"},
     "control_plane.keepalive.plan": {
+        "EngineState",
         "KeepAlivePlan",
+        "engine_state",
         "Outcome",
         "oracle_outcome",
         "outcome",

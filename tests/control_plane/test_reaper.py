@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -67,14 +68,20 @@ class Setup:
         self.activations = NoActivations()
         self.liveness = Liveness()
         self.acting = Acting()
-        self.reaper = Reaper(
+        self.reaper = self.new_reaper()
+
+    def new_reaper(self) -> Reaper:
+        """A reaper on this setup's store (a second one stands for a restart or failover),
+        counting into a registry of its own (``self.registry``)."""
+        self.registry = CollectorRegistry()
+        return Reaper(
             self.store,
             self.placer,
             self.backend,
             self.activations,
             self.liveness,
             self.settings,
-            ControlPlaneMetrics(CollectorRegistry()),
+            ControlPlaneMetrics(self.registry),
             self.acting,
             clock=self.mono,
             wall=self.wall,
@@ -283,6 +290,55 @@ async def test_usage_adds_up_to_the_time_each_replica_was_loaded():
         assert total.loading_s == pytest.approx(3.0)
         assert (total.activations, total.cold_starts) == (1, 1)
         assert total.cold_start_wait_s == pytest.approx(4.0)
+        # Prometheus counts the same figures.
+        for state, seconds in (
+            ("serving", total.serving_s),
+            ("idle", total.idle_s),
+            ("loading", total.loading_s),
+        ):
+            counted = s.registry.get_sample_value(
+                "zeroserve_model_replica_seconds_total", {"model": "m", "state": state}
+            )
+            assert counted == pytest.approx(seconds), state
+        labels = {"model": "m"}
+        assert s.registry.get_sample_value("zeroserve_model_cold_starts_total", labels) == 1.0
+        wait = s.registry.get_sample_value("zeroserve_model_cold_start_wait_seconds_total", labels)
+        assert wait == pytest.approx(4.0)
+
+
+async def test_a_restarted_reaper_goes_on_from_what_the_store_kept():
+    async with Setup() as s:
+        placed_at = s.wall.now
+        await _adaptive(s, "m")
+        await s.traffic("m", 0)
+        await s.sweep()
+        s.wall.advance(100.0)
+        await s.traffic("m", 1)  # a request after 100 s idle: one idle time learned
+        await s.sweep()
+        s.wall.advance(5.0)
+        await s.traffic("m", 0)
+        await s.sweep()
+        await s.reaper.close()  # a restart, or another control plane taking over
+        s.mono.advance(REPORT_TTL_S + 1)  # meanwhile the last reports expire
+        assert await s.store.traffic("m") == []
+        s.reaper = s.new_reaper()
+        s.wall.advance(25.0)
+        await s.sweep()
+        s.wall.advance(25.0)
+        await s.traffic("m", 1)  # the idle period that began before the restart ends
+        await s.sweep()
+        doc = await s.store.get_model_state("m", STATE_KEY)
+        assert doc is not None
+        history = IdleTracker.from_json(doc).history
+        # Both idle times, the first decayed by the 55 s since (half-life a day).
+        assert history.gaps == pytest.approx(2.0, rel=1e-3)
+        assert history.counts[np.searchsorted(history.edges, 100.0) - 1] > 0.99
+        await s.reaper.flush_usage(force=True)
+        doc = await s.store.get_model_state("m", usage.STATE_KEY)
+        assert doc is not None
+        total = usage.totals(usage.UsageLedger.from_json(doc), start=0.0, end=s.wall.now + 1)
+        # The new reaper goes on from the old one's ledger: nothing lost, nothing twice.
+        assert total.serving_s + total.idle_s == pytest.approx(s.wall.now - placed_at)
 
 
 async def test_an_empty_worker_is_stopped_after_the_grace_period():

@@ -128,6 +128,21 @@ def test_every_models_command_in_every_format(user: Platform, capsys):
     assert table_value(out, "STATE") == "ready"
     assert re.match(r"ready in [\d.]+ (ms|s), cache local", table_value(out, "LAST_ACTIVATION"))
 
+    # show adds the model's last 24 hours of usage (the admin API's /usage), once the
+    # control plane has written it (every few seconds): the load just done is loading time
+    # and, asked for by the admin and not a request, no cold start.
+    deadline = time.monotonic() + 60
+    while True:
+        code, out, err = zeroserve(capsys, "models", "show", "cli-m")
+        assert code == 0, err
+        if table_value(out, "LOADING_24H") != "0 ms" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    for field in ("SERVING_24H", "IDLE_24H", "LOADING_24H", "COLD_START_WAIT_24H"):
+        assert re.fullmatch(r"[\d.]+ (ms|s)|\d+[mhd] \d\d[smh]", table_value(out, field)), out
+    assert table_value(out, "LOADING_24H") != "0 ms", out
+    assert table_value(out, "COLD_STARTS_24H") == "0", out
+
     code, out, err = zeroserve(capsys, "models", "activations", "cli-m")
     assert code == 0, err
     header, first, *_ = out.splitlines()

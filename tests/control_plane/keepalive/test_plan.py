@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from control_plane.keepalive.plan import KeepAlivePlan, oracle_outcome, outcome, wants_loaded
+from control_plane.keepalive.plan import (
+    KeepAlivePlan,
+    engine_state,
+    oracle_outcome,
+    outcome,
+    wants_loaded,
+)
 
 LOAD = 20.0
 
@@ -64,3 +70,29 @@ def test_oracle_keeps_short_gaps_and_reloads_on_time():
 def test_wants_loaded_is_the_plan_as_the_reaper_applies_it(idle, expected):
     plan = KeepAlivePlan(keep_alive_s=10.0, prewarm_at_s=300.0, prewarm_window_s=100.0)
     assert wants_loaded(plan, idle, LOAD) is expected
+
+
+@pytest.mark.parametrize(
+    ("idle", "sleep_after", "expected"),
+    [
+        # An engine that cannot sleep follows the plan: loaded, unloaded, pre-warmed.
+        (5, 0, "loaded"),
+        (15, 0, "unloaded"),
+        (290, 0, "loaded"),
+        (400, 0, "unloaded"),
+        # One that can sleeps where the plan would unload, instead of unloading...
+        (5, 1800, "loaded"),
+        (15, 1800, "sleeping"),
+        (400, 1800, "sleeping"),
+        # ...stays loaded where the plan wants it (a pre-warm window)...
+        (290, 1800, "loaded"),
+        # ...and sleeps at sleep_after_s even where the plan would keep it.
+        (5, 4, "sleeping"),
+        (290, 100, "sleeping"),
+    ],
+)
+def test_engine_state_moves_llm_engines_between_loaded_sleeping_and_unloaded(
+    idle, sleep_after, expected
+):
+    plan = KeepAlivePlan(keep_alive_s=10.0, prewarm_at_s=300.0, prewarm_window_s=100.0)
+    assert engine_state(plan, idle, LOAD, sleep_after_s=sleep_after) == expected
