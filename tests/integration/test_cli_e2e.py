@@ -1,5 +1,6 @@
 """The command line against a real ``zeroserve up``: every ``models`` command in every output
-format, with the admin URL and token that ``up`` stored (and never printed)."""
+format (``activations --watch`` and ``login`` included), with the admin URL and token that
+``up`` stored (and never printed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,15 +21,17 @@ import httpx
 import pytest
 import yaml
 
+from control_plane.api.watch import watch
 from tests.integration.test_platform_e2e import (
     AUTH,
     SIZES,
+    SLOW_MODEL,
     TOKEN,
     Platform,
     start_platform,
 )
-from tests.models import write_onnx_mlp
-from zeroserve.cli import main
+from tests.models import write_onnx_mlp, write_python_model
+from zeroserve.cli import admin_settings, build_parser, main
 from zeroserve.credentials import read_credentials, store_credentials
 
 pytestmark = pytest.mark.integration
@@ -220,10 +224,15 @@ def test_errors_go_to_stderr_and_name_the_fix(user: Platform, capsys, monkeypatc
     )
     assert (code, out) == (1, "") and "cannot reach" in err and "--url" in err
 
+    code, out, err = zeroserve(capsys, "models", "activations", "never-registered", "--watch")
+    assert (code, out) == (1, "") and "(404)" in err and "`zeroserve models ls`" in err
+
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nobody"))
     code, out, err = zeroserve(capsys, "models", "ls")
     assert code == 2 and out == "" and "run `zeroserve login` or pass --token" in err
     assert "Authorization" not in err  # not the HTTP header recipe of the API's 401
+    code, out, err = zeroserve(capsys, "models", "activations", "twice", "--watch")
+    assert code == 2 and out == "" and "run `zeroserve login` or pass --token" in err
 
 
 def test_login_checks_the_token_and_stores_it(user: Platform, capsys, monkeypatch, tmp_path):
@@ -239,6 +248,72 @@ def test_login_checks_the_token_and_stores_it(user: Platform, capsys, monkeypatc
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     code, out, err = zeroserve(capsys, "models", "ls", "-o", "json")
     assert code == 0 and "models" in json.loads(out), err
+
+    # What it stored, as a document for a script (the token never in it).
+    for fmt, parse in PARSERS.items():
+        monkeypatch.setattr(sys, "stdin", io.StringIO(TOKEN + "\n"))
+        code, out, err = zeroserve(capsys, "login", "--url", user.admin, "-o", fmt)
+        assert code == 0, err
+        assert parse(out) == {
+            "url": user.admin,
+            "path": str(path),
+            "replaced_token": False,
+            "previous_default": None,
+        }
+
+
+def test_watch_prints_each_change_in_json_and_yaml(user: Platform, capsys):
+    """One load followed by two watchers: ``-o json`` through the command (one document a
+    line) and ``-o yaml`` (one document each), both from the running phase to ready."""
+    model_dir = write_python_model(user.models_dir, "cli-watched", SLOW_MODEL, dims=(4,))
+    register = ["models", "register", "cli-watched", "--storage-uri", str(model_dir)]
+    assert zeroserve(capsys, *register)[0] == 0
+    capsys.readouterr()
+    watch_argv = ["models", "activations", "cli-watched", "--watch", "--wait-s", "60"]
+    settings = admin_settings(build_parser().parse_args(watch_argv), "test")
+    assert settings is not None
+    as_yaml, yaml_err = io.StringIO(), io.StringIO()
+    codes: dict[str, int] = {}
+    watchers = [
+        threading.Thread(target=lambda: codes.update(json=main([*watch_argv, "-o", "json"]))),
+        threading.Thread(
+            target=lambda: codes.update(
+                yaml=watch(
+                    settings,
+                    "cli-watched",
+                    wait_s=60,
+                    out=as_yaml,
+                    err=yaml_err,
+                    output="yaml",
+                )
+            )
+        ),
+    ]
+    for watcher in watchers:
+        watcher.start()
+    try:
+        # The load takes seconds (the model sleeps in initialize()): both watchers, started
+        # first, see it run.
+        loaded = httpx.post(
+            f"{user.admin}/admin/v1/models/cli-watched/load", headers=AUTH, timeout=120
+        )
+        assert loaded.status_code == 200, loaded.text
+    finally:
+        for watcher in watchers:
+            watcher.join(timeout=120)
+    captured = capsys.readouterr()
+    assert codes == {"json": 0, "yaml": 0}, captured.err + yaml_err.getvalue()
+    assert TOKEN not in captured.out + captured.err + as_yaml.getvalue()
+    for timelines in (
+        [json.loads(line) for line in captured.out.splitlines()],
+        list(yaml.safe_load_all(as_yaml.getvalue())),
+    ):
+        assert timelines[0]["outcome"] == "running", timelines
+        assert timelines[-1]["outcome"] == "ready" and "durations_s" in timelines[-1]
+        assert {t["id"] for t in timelines} == {timelines[-1]["id"]}
+    assert httpx.delete(
+        f"{user.admin}/admin/v1/models/cli-watched", headers=AUTH, timeout=60
+    ).is_success
 
 
 def test_the_installed_command_reads_the_stored_credentials(user: Platform):
