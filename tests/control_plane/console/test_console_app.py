@@ -25,6 +25,7 @@ async def api() -> AsyncIterator[Api]:
 async def log_in(api: Api) -> dict[str, str]:
     response = await api.client.post("/console/login", data={"token": TOKEN})
     assert response.status_code == 303
+    assert response.headers["location"] == "/console/login/check"
     set_cookie = response.headers["set-cookie"].lower()
     for flag in ("secure", "httponly", "samesite=strict", "path=/console"):
         assert flag in set_cookie
@@ -162,3 +163,16 @@ async def test_every_change_without_the_csrf_token_is_refused_and_changes_nothin
     assert key["state"] == "active"
     # The session is still there: logging out needed the token too.
     assert (await api.client.get("/console/models", headers=cookie)).status_code == 200
+
+
+async def test_a_login_whose_cookie_the_browser_dropped_says_why(api: Api):
+    """A Secure cookie is dropped by a browser on plain http other than loopback: the page a
+    login lands on says so (and what to do), where the login form would come back blank."""
+    cookie = await log_in(api)
+    kept = await api.client.get("/console/login/check", headers=cookie)
+    assert kept.status_code == 303 and kept.headers["location"] == "/console/models"
+    dropped = await api.client.get("/console/login/check")
+    assert dropped.status_code == 400
+    assert "did not keep the session cookie" in dropped.text and "https" in dropped.text
+    for name, value in SECURITY_HEADERS.items():
+        assert dropped.headers[name] == value
