@@ -132,6 +132,14 @@ def test_every_models_command_in_every_format(user: Platform, capsys):
     assert table_value(out, "STATE") == "ready"
     assert re.match(r"ready in [\d.]+ (ms|s), cache local", table_value(out, "LAST_ACTIVATION"))
 
+    code, out, err = zeroserve(capsys, "models", "show", "cli-m")
+    assert code == 0, err
+    assert table_value(out, "STATE") == "ready"
+    # Then its usage over the last day, durations in human units (a load the API asked
+    # for is no cold start).
+    assert re.fullmatch(r"[\d.]+ (ms|s)", table_value(out, "LOADING_24H")), out
+    assert table_value(out, "COLD_STARTS_24H") == "0"
+
     code, out, err = zeroserve(capsys, "models", "activations", "cli-m")
     assert code == 0, err
     header, first, *_ = out.splitlines()
