@@ -588,7 +588,8 @@ def _activations_parser(actions: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument(
         "--watch",
         action="store_true",
-        help="follow its activations live (phase, worker, time, bytes fetched) until they end",
+        help="follow its activations live (phase, worker, time, bytes fetched) until they end; "
+        "-o json prints each change as one JSON document a line, -o yaml as one YAML document",
     )
     parser.add_argument(
         "--wait-s",
@@ -608,7 +609,14 @@ def _models(args: argparse.Namespace) -> int:
     if args.action == "activations" and args.watch:
         from control_plane.api.watch import watch
 
-        return watch(settings, args.name, wait_s=args.wait_s, out=sys.stdout, err=sys.stderr)
+        return watch(
+            settings,
+            args.name,
+            wait_s=args.wait_s,
+            out=sys.stdout,
+            err=sys.stderr,
+            output=args.output,
+        )
     body: dict[str, object] | None = None
     if args.action in ("register", "update"):
         try:
@@ -843,6 +851,10 @@ def _login_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "machine prefer standard input, which other users' `ps` does not show",
     )
     login.add_argument("--log-level", default="warning", help="how much the client logs")
+    from foundation.output import add_output_option
+
+    # What it stored (never the token): a sentence, or a document for a script.
+    add_output_option(login)
     login.set_defaults(handler=_login)
 
 
@@ -883,7 +895,8 @@ def _login(args: argparse.Namespace) -> int:
         return 1
     finally:
         client.close()
-    return 0 if _store_for_cli(where, settings.url, token, generated=False) else 1
+    stored = _store_for_cli(where, settings.url, token, generated=False, output=args.output)
+    return 0 if stored else 1
 
 
 def _read_token(url: str) -> str:
@@ -894,9 +907,12 @@ def _read_token(url: str) -> str:
     return sys.stdin.readline().strip()
 
 
-def _store_for_cli(where: str, url: str, token: str, *, generated: bool) -> bool:
+def _store_for_cli(
+    where: str, url: str, token: str, *, generated: bool, output: str = "table"
+) -> bool:
     """Stores ``token`` for ``url`` as the command line's default and says what changed
-    (never the token); False, said on stderr, when the file cannot be written."""
+    (never the token), as sentences or, with ``output`` json or yaml, as a document; False,
+    said on stderr, when the file cannot be written."""
     from zeroserve.credentials import CredentialsError, config_path, store_credentials
 
     try:
@@ -905,7 +921,18 @@ def _store_for_cli(where: str, url: str, token: str, *, generated: bool) -> bool
         hint = " Set ZEROSERVE_ADMIN_TOKEN to choose the token instead." if generated else ""
         print(f"{where}: cannot store the admin token, {exc.message}.{hint}", file=sys.stderr)
         return False
-    print(_stored_message(outcome), flush=True)
+    if output == "table":
+        print(_stored_message(outcome), flush=True)
+    else:
+        from foundation.output import emit
+
+        document = {
+            "url": outcome.url,
+            "path": str(outcome.path),
+            "replaced_token": outcome.replaced_token,
+            "previous_default": outcome.previous_current,
+        }
+        emit(document, (), output)
     return True
 
 

@@ -3,7 +3,9 @@
 Reads the admin API's server-sent events (``GET /admin/v1/models/{name}/activations?
 follow=true``) and prints one line per change of an activation: its phase, the worker it
 loads on, the bytes its worker has downloaded so far, the time since it was queued, and,
-once it has finished, its outcome, durations and the bytes fetched.
+once it has finished, its outcome, durations and the bytes fetched. With ``-o json`` each
+change is one timeline document on a line of its own (JSON Lines), with ``-o yaml`` one YAML
+document each (``---`` between them): every field, as the admin API sends it.
 """
 
 from __future__ import annotations
@@ -23,14 +25,30 @@ _READ_TIMEOUT_S = 60.0
 """Longest silence accepted from the stream; the server sends a comment every 15 s."""
 
 
+_WHERE = "zeroserve models activations"
+_LOGIN_ADVICE = "run `zeroserve login` or pass --token (or set ZEROSERVE_ADMIN_TOKEN)"
+
+
 def watch(
-    settings: AdminClientSettings, name: str, *, wait_s: float, out: TextIO, err: TextIO
+    settings: AdminClientSettings,
+    name: str,
+    *,
+    wait_s: float,
+    out: TextIO,
+    err: TextIO,
+    output: str = "table",
 ) -> int:
-    """Print the activations of ``name`` as they change until they end; the exit status
-    (1 when the last activation seen failed, or the API refused or could not be reached)."""
-    headers = {"Accept": "text/event-stream"}
-    if settings.token is not None:
-        headers["Authorization"] = f"Bearer {settings.token.get_secret_value()}"
+    """Print the activations of ``name`` as they change until they end, in ``output``
+    (``table``: one line each; ``json``: one document a line; ``yaml``: one document each);
+    the exit status (1 when the last activation seen failed, or the API refused or could not
+    be reached; 2 without a token)."""
+    if settings.token is None:
+        print(f"{_WHERE}: no admin token for {settings.url}: {_LOGIN_ADVICE}", file=err)
+        return 2
+    headers = {
+        "Accept": "text/event-stream",
+        "Authorization": f"Bearer {settings.token.get_secret_value()}",
+    }
     url = f"{settings.url.rstrip('/')}/admin/v1/models/{quote(name, safe='')}/activations"
     timeout = httpx.Timeout(10.0, read=_READ_TIMEOUT_S)
     status = 0
@@ -46,21 +64,51 @@ def watch(
                     message = str(reply.json().get("error", reply.text))
                 except ValueError:
                     message = reply.text
-                print(f"zeroserve models activations: {reply.status_code}: {message}", file=err)
+                print(
+                    f"{_WHERE}: {message} ({reply.status_code}){_advice(reply.status_code)}",
+                    file=err,
+                )
                 return 1
             for event, data in server_sent_events(reply.iter_lines()):
                 if event != "activation":
                     continue
                 timeline = json.loads(data)
                 seen += 1
-                print(describe(timeline), file=out, flush=True)
+                _print(timeline, output, out)
                 status = 1 if timeline.get("outcome") == "failed" else 0
     except httpx.HTTPError as exc:
-        print(f"zeroserve models activations: cannot reach {settings.url}: {exc}", file=err)
+        print(
+            f"{_WHERE}: cannot reach the admin API at {settings.url} ({exc}): is the platform "
+            "running? Pass --url, or run `zeroserve login --url URL`",
+            file=err,
+        )
         return 1
     if not seen:
-        print(f"no activation of {name} started within {wait_s:g} s", file=out)
+        # On stderr for json and yaml: their stdout holds documents only (here none).
+        said = out if output == "table" else err
+        print(f"no activation of {name} started within {wait_s:g} s", file=said)
     return status
+
+
+def _print(timeline: dict[str, Any], output: str, out: TextIO) -> None:
+    if output == "json":
+        out.write(json.dumps(timeline, separators=(",", ":")) + "\n")
+    elif output == "yaml":
+        import yaml
+
+        out.write("---\n" + yaml.safe_dump(timeline, sort_keys=False, allow_unicode=True))
+    else:
+        out.write(describe(timeline) + "\n")
+    # Each change as it happens, also through a pipe.
+    out.flush()
+
+
+def _advice(status: int) -> str:
+    if status == 401:
+        return f": {_LOGIN_ADVICE}"
+    if status == 404:
+        return ": see `zeroserve models ls` for the registered models"
+    return ""
 
 
 def server_sent_events(lines: Iterator[str]) -> Iterator[tuple[str, str]]:

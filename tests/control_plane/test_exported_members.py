@@ -22,6 +22,7 @@ EXPORTS = {
     "control_plane.api.console.guard": {
         "COOKIE",
         "CONSOLE_PREFIX",
+        "LOGIN_CHECK",
         "ConsoleGuard",
         "SECURITY_HEADERS",
     },

@@ -1,5 +1,6 @@
 """The command line against a real ``zeroserve up``: every ``models`` command in every output
-format, with the admin URL and token that ``up`` stored (and never printed)."""
+format (``activations --watch`` and ``login`` included), with the admin URL and token that
+``up`` stored (and never printed)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,15 +21,17 @@ import httpx
 import pytest
 import yaml
 
+from control_plane.api.watch import watch
 from tests.integration.test_platform_e2e import (
     AUTH,
     SIZES,
+    SLOW_MODEL,
     TOKEN,
     Platform,
     start_platform,
 )
-from tests.models import write_onnx_mlp
-from zeroserve.cli import main
+from tests.models import write_onnx_mlp, write_python_model
+from zeroserve.cli import admin_settings, build_parser, main
 from zeroserve.credentials import read_credentials, store_credentials
 
 pytestmark = pytest.mark.integration
@@ -135,6 +139,7 @@ def test_every_models_command_in_every_format(user: Platform, capsys):
     while True:
         code, out, err = zeroserve(capsys, "models", "show", "cli-m")
         assert code == 0, err
+        assert table_value(out, "STATE") == "ready"
         if table_value(out, "LOADING_24H") != "0 ms" or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -235,10 +240,15 @@ def test_errors_go_to_stderr_and_name_the_fix(user: Platform, capsys, monkeypatc
     )
     assert (code, out) == (1, "") and "cannot reach" in err and "--url" in err
 
+    code, out, err = zeroserve(capsys, "models", "activations", "never-registered", "--watch")
+    assert (code, out) == (1, "") and "(404)" in err and "`zeroserve models ls`" in err
+
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "nobody"))
     code, out, err = zeroserve(capsys, "models", "ls")
     assert code == 2 and out == "" and "run `zeroserve login` or pass --token" in err
     assert "Authorization" not in err  # not the HTTP header recipe of the API's 401
+    code, out, err = zeroserve(capsys, "models", "activations", "twice", "--watch")
+    assert code == 2 and out == "" and "run `zeroserve login` or pass --token" in err
 
 
 def test_login_checks_the_token_and_stores_it(user: Platform, capsys, monkeypatch, tmp_path):
@@ -255,6 +265,72 @@ def test_login_checks_the_token_and_stores_it(user: Platform, capsys, monkeypatc
     code, out, err = zeroserve(capsys, "models", "ls", "-o", "json")
     assert code == 0 and "models" in json.loads(out), err
 
+    # What it stored, as a document for a script (the token never in it).
+    for fmt, parse in PARSERS.items():
+        monkeypatch.setattr(sys, "stdin", io.StringIO(TOKEN + "\n"))
+        code, out, err = zeroserve(capsys, "login", "--url", user.admin, "-o", fmt)
+        assert code == 0, err
+        assert parse(out) == {
+            "url": user.admin,
+            "path": str(path),
+            "replaced_token": False,
+            "previous_default": None,
+        }
+
+
+def test_watch_prints_each_change_in_json_and_yaml(user: Platform, capsys):
+    """One load followed by two watchers: ``-o json`` through the command (one document a
+    line) and ``-o yaml`` (one document each), both from the running phase to ready."""
+    model_dir = write_python_model(user.models_dir, "cli-watched", SLOW_MODEL, dims=(4,))
+    register = ["models", "register", "cli-watched", "--storage-uri", str(model_dir)]
+    assert zeroserve(capsys, *register)[0] == 0
+    capsys.readouterr()
+    watch_argv = ["models", "activations", "cli-watched", "--watch", "--wait-s", "60"]
+    settings = admin_settings(build_parser().parse_args(watch_argv), "test")
+    assert settings is not None
+    as_yaml, yaml_err = io.StringIO(), io.StringIO()
+    codes: dict[str, int] = {}
+    watchers = [
+        threading.Thread(target=lambda: codes.update(json=main([*watch_argv, "-o", "json"]))),
+        threading.Thread(
+            target=lambda: codes.update(
+                yaml=watch(
+                    settings,
+                    "cli-watched",
+                    wait_s=60,
+                    out=as_yaml,
+                    err=yaml_err,
+                    output="yaml",
+                )
+            )
+        ),
+    ]
+    for watcher in watchers:
+        watcher.start()
+    try:
+        # The load takes seconds (the model sleeps in initialize()): both watchers, started
+        # first, see it run.
+        loaded = httpx.post(
+            f"{user.admin}/admin/v1/models/cli-watched/load", headers=AUTH, timeout=120
+        )
+        assert loaded.status_code == 200, loaded.text
+    finally:
+        for watcher in watchers:
+            watcher.join(timeout=120)
+    captured = capsys.readouterr()
+    assert codes == {"json": 0, "yaml": 0}, captured.err + yaml_err.getvalue()
+    assert TOKEN not in captured.out + captured.err + as_yaml.getvalue()
+    for timelines in (
+        [json.loads(line) for line in captured.out.splitlines()],
+        list(yaml.safe_load_all(as_yaml.getvalue())),
+    ):
+        assert timelines[0]["outcome"] == "running", timelines
+        assert timelines[-1]["outcome"] == "ready" and "durations_s" in timelines[-1]
+        assert {t["id"] for t in timelines} == {timelines[-1]["id"]}
+    assert httpx.delete(
+        f"{user.admin}/admin/v1/models/cli-watched", headers=AUTH, timeout=60
+    ).is_success
+
 
 def test_the_installed_command_reads_the_stored_credentials(user: Platform):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ZEROSERVE_ADMIN_")}
@@ -269,3 +345,46 @@ def test_the_installed_command_reads_the_stored_credentials(user: Platform):
     assert done.returncode == 0, done.stderr
     assert "models" in json.loads(done.stdout)
     assert TOKEN not in done.stdout + done.stderr
+
+
+def test_every_keys_command_in_every_format(user: Platform, capsys):
+    """create, ls, show and revoke in table, json and yaml (parsed back against the admin
+    API's documents); the key's secret is printed by create alone."""
+    secrets: list[str] = []
+    for fmt in ("table", "json", "yaml"):
+        code, out, err = zeroserve(
+            capsys, "keys", "create", f"cli-{fmt}", "--model", "cli-*", "-o", fmt
+        )
+        assert code == 0, err
+        if fmt == "table":
+            key = out.strip().splitlines()[-1]
+        else:
+            created = PARSERS[fmt](out)
+            assert created["name"] == f"cli-{fmt}" and created["models"] == ["cli-*"]
+            assert created["state"] == "active"
+            key = created["key"]
+        assert key.startswith("zs_")
+        secrets.append(key)
+    listed = api(user, "/keys")
+    for fmt, parse in PARSERS.items():
+        code, out, err = zeroserve(capsys, "keys", "ls", "-o", fmt)
+        assert code == 0 and parse(out) == listed, err
+        key_id = secrets[0].split("_")[1]
+        code, out, err = zeroserve(capsys, "keys", "show", key_id, "-o", fmt)
+        assert code == 0 and parse(out) == api(user, f"/keys/{key_id}"), err
+    code, out, err = zeroserve(capsys, "keys", "ls")
+    assert code == 0 and out.split()[:3] == ["ID", "NAME", "STATE"], err
+    code, out, err = zeroserve(capsys, "keys", "show", secrets[0].split("_")[1])
+    assert code == 0 and table_value(out, "STATE") == "active", err
+    for key, fmt in zip(secrets, ("table", "json", "yaml"), strict=True):
+        key_id = key.split("_")[1]
+        code, out, err = zeroserve(capsys, "keys", "revoke", key_id, "-o", fmt)
+        assert code == 0, err
+        if fmt == "table":
+            assert out.startswith(f"revoked key {key_id}")
+        else:
+            assert PARSERS[fmt](out)["state"] == "revoked"
+        assert api(user, f"/keys/{key_id}")["state"] == "revoked"
+    code, out, err = zeroserve(capsys, "keys", "ls", "-o", "json")
+    printed = out + json.dumps(api(user, "/keys"))
+    assert all(key.split("_", 2)[2] not in printed for key in secrets)

@@ -1,5 +1,5 @@
-"""The command line's parser: help for everything, ``-o`` on every admin command, the body
-``zeroserve models update`` sends."""
+"""The command line's parser: help for everything, ``-o`` on every command that prints
+results, the body ``zeroserve models update`` sends."""
 
 from __future__ import annotations
 
@@ -34,6 +34,25 @@ def test_every_command_and_option_has_help_text():
             if not action.help:
                 missing.append(f"{path} {action.option_strings or action.dest}")
     assert missing == []
+
+
+SERVERS = {"zeroserve serve", "zeroserve up", "zeroserve control-plane", "zeroserve activator"}
+"""The commands that run a server: they log until stopped and print no result."""
+
+
+def test_every_command_that_prints_results_takes_output():
+    leaves = [
+        (path, parser)
+        for path, parser, _ in commands(build_parser())
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)
+    ]
+    assert {path for path, _ in leaves} >= SERVERS | {"zeroserve login", "zeroserve keys ls"}
+    without = []
+    for path, parser in leaves:
+        formats = [a.choices for a in parser._actions if "-o" in a.option_strings]
+        if path not in SERVERS and [list(f or ()) for f in formats] != [["table", "json", "yaml"]]:
+            without.append(path)
+    assert without == []
 
 
 def test_top_level_help_is_for_users(capsys: pytest.CaptureFixture[str]):

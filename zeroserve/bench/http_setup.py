@@ -168,7 +168,10 @@ def _get_json(
     if answer.status != 200:
         if what is None:
             return None
-        raise BenchError(f"{what} ({path}) answered {answer.status}: {_sample(answer.body)}")
+        raise BenchError(
+            f"{what} ({path}) answered {answer.status}: {_sample(answer.body)}"
+            f"{_advice(answer.status)}"
+        )
     try:
         document = json.loads(answer.body)
     except ValueError:
@@ -203,6 +206,7 @@ def _check(
     if answer.status != 200:
         raise BenchError(
             f"the check request to {path} answered {answer.status}: {_sample(answer.body)}"
+            f"{_advice(answer.status)}"
         )
     problem = check_answer(answer.headers, answer.body)
     if problem is not None:
@@ -242,6 +246,16 @@ def _check_openai_stream(headers: dict[str, str], body: bytes) -> str | None:
     if not meter.chunks:
         return f"the stream carried no text: {_sample(body)}"
     return None
+
+
+def _advice(status: int) -> str:
+    """The option that fixes a refusal: a platform's model endpoints need an API key."""
+    if status in (401, 403):
+        return (
+            "; pass the API key as --header 'Authorization: Bearer <key>' (`zeroserve keys "
+            "create NAME --model MODEL` makes one)"
+        )
+    return ""
 
 
 def _sample(body: bytes) -> str:

@@ -13,7 +13,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.api.console.session import SessionKeys
 
-__all__ = ["COOKIE", "CONSOLE_PREFIX", "ConsoleGuard", "SECURITY_HEADERS"]
+__all__ = ["COOKIE", "CONSOLE_PREFIX", "LOGIN_CHECK", "ConsoleGuard", "SECURITY_HEADERS"]
 
 CONSOLE_PREFIX = "/console"
 COOKIE = "zeroserve_console"
@@ -35,7 +35,11 @@ SECURITY_HEADERS = {
     "cross-origin-opener-policy": "same-origin",
 }
 
-_PUBLIC = ("/console/login", "/console/static/")
+LOGIN_CHECK = "/console/login/check"
+"""Where a login redirects: it checks the browser kept the session cookie."""
+
+_PUBLIC = ("/console/login", LOGIN_CHECK)
+_STATIC = "/console/static/"
 
 
 class ConsoleGuard:
@@ -57,7 +61,7 @@ class ConsoleGuard:
         ):
             await self._app(scope, receive, send)
             return
-        is_static = path.startswith("/console/static/")
+        is_static = path.startswith(_STATIC)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -73,7 +77,7 @@ class ConsoleGuard:
             forbidden = PlainTextResponse("cross-origin form refused", status_code=403)
             await forbidden(scope, receive, send_with_headers)
             return
-        is_public = path == _PUBLIC[0] or path.startswith(_PUBLIC[1])
+        is_public = path in _PUBLIC or is_static
         if not is_public:
             cookie = Request(scope).cookies.get(COOKIE)
             if not self._keys.is_valid(cookie, self._wall()):

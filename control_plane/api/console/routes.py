@@ -24,7 +24,7 @@ from starlette.templating import Jinja2Templates
 from control_plane.api import keys as api_keys, schemas
 from control_plane.api.bodies import validate
 from control_plane.api.console import timeline
-from control_plane.api.console.guard import COOKIE
+from control_plane.api.console.guard import COOKIE, LOGIN_CHECK
 from control_plane.api.console.session import SessionKeys
 from control_plane.api.console.stats import RequestHistory, Window
 from control_plane.api.routes import follow_response
@@ -128,7 +128,9 @@ async def login(request: Request) -> Response:
     keys = _state(request).keys
     if not keys.is_admin_token(fields.get("token", "")):
         return _page(request, "login.html", status=401, login_error="wrong admin token")
-    response = RedirectResponse("/console/models", status_code=303)
+    # Through the check: a browser that drops the cookie is told why, not sent back to an
+    # empty login form.
+    response = RedirectResponse(LOGIN_CHECK, status_code=303)
     # Secure even on plain http: browsers keep Secure cookies of http://localhost and
     # 127.0.0.1 (zeroserve up), and elsewhere the console belongs behind TLS.
     response.set_cookie(
@@ -141,6 +143,21 @@ async def login(request: Request) -> Response:
         samesite="strict",
     )
     return response
+
+
+async def login_check(request: Request) -> Response:
+    """Where a login lands: on to the models with the session cookie, else why it is missing."""
+    if _state(request).keys.is_valid(request.cookies.get(COOKIE), time.time()):
+        return RedirectResponse("/console/models", status_code=303)
+    return _page(request, "login.html", status=400, login_error=_COOKIE_DROPPED)
+
+
+_COOKIE_DROPPED = (
+    "the browser did not keep the session cookie: it is Secure, so a browser keeps it over "
+    "https, or over plain http to 127.0.0.1 or localhost only. Reach the admin port through "
+    "TLS (a load balancer or ingress in front of it) or a tunnel to loopback "
+    "(ssh -L 8081:127.0.0.1:8081 HOST)."
+)
 
 
 async def logout(request: Request) -> Response:
@@ -361,6 +378,7 @@ def console_routes() -> list[BaseRoute]:
         Route("/console", index, methods=["GET"]),
         Route("/console/login", login_form, methods=["GET"]),
         Route("/console/login", login, methods=["POST"]),
+        Route(LOGIN_CHECK, login_check, methods=["GET"]),
         Route("/console/logout", logout, methods=["POST"]),
         Route("/console/models", models_page, methods=["GET"]),
         Route("/console/models", register, methods=["POST"]),

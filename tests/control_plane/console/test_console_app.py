@@ -7,8 +7,10 @@ import re
 from collections.abc import AsyncIterator
 
 import pytest
+from starlette.routing import Route
 
 from control_plane.api.console.guard import COOKIE, SECURITY_HEADERS
+from control_plane.api.console.routes import console_routes
 from tests.control_plane.test_api import TOKEN, Api, running_api
 
 pytestmark = pytest.mark.anyio
@@ -23,6 +25,7 @@ async def api() -> AsyncIterator[Api]:
 async def log_in(api: Api) -> dict[str, str]:
     response = await api.client.post("/console/login", data={"token": TOKEN})
     assert response.status_code == 303
+    assert response.headers["location"] == "/console/login/check"
     set_cookie = response.headers["set-cookie"].lower()
     for flag in ("secure", "httponly", "samesite=strict", "path=/console"):
         assert flag in set_cookie
@@ -124,3 +127,52 @@ async def test_keys_are_made_shown_once_and_revoked_through_the_admin_apis_keys(
         "/console/keys", data={"name": "", "csrf": csrf.group(1)}, headers=cookie
     )
     assert invalid.status_code == 303 and "error=" in invalid.headers["location"]
+
+
+async def test_every_change_without_the_csrf_token_is_refused_and_changes_nothing(api: Api):
+    """Each POST route of the console but the login form (there is no session yet to carry
+    a token), with a session and without its CSRF token or with a wrong one: 403."""
+    cookie = await log_in(api)
+    await api.register("m")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    made = await api.client.post("/admin/v1/keys", json={"name": "k"}, headers=auth)
+    key_id = made.json()["id"]
+    posts = [
+        route.path
+        for route in console_routes()
+        if isinstance(route, Route)
+        and "POST" in (route.methods or ())
+        and route.path != "/console/login"
+    ]
+    paths = [
+        path.format(name="m", key_id=key_id, action=action)
+        for path in posts
+        for action in (("load", "unload", "scaling", "delete") if "{action}" in path else ("",))
+    ]
+    assert "/console/models/m/delete" in paths and f"/console/keys/{key_id}/revoke" in paths
+    assert "/console/logout" in paths and "/console/models" in paths
+    for path in paths:
+        for form in ({"name": "n", "min_replicas": "1"}, {"name": "n", "csrf": "0" * 64}):
+            refused = await api.client.post(path, data=form, headers=cookie)
+            assert refused.status_code == 403, path
+            assert "CSRF" in refused.text
+    models = (await api.client.get("/admin/v1/models", headers=auth)).json()["models"]
+    assert [(m["name"], m["scaling"]["min_replicas"]) for m in models] == [("m", 0)]
+    assert not await api.store.list_placements("m")
+    key = (await api.client.get(f"/admin/v1/keys/{key_id}", headers=auth)).json()
+    assert key["state"] == "active"
+    # The session is still there: logging out needed the token too.
+    assert (await api.client.get("/console/models", headers=cookie)).status_code == 200
+
+
+async def test_a_login_whose_cookie_the_browser_dropped_says_why(api: Api):
+    """A Secure cookie is dropped by a browser on plain http other than loopback: the page a
+    login lands on says so (and what to do), where the login form would come back blank."""
+    cookie = await log_in(api)
+    kept = await api.client.get("/console/login/check", headers=cookie)
+    assert kept.status_code == 303 and kept.headers["location"] == "/console/models"
+    dropped = await api.client.get("/console/login/check")
+    assert dropped.status_code == 400
+    assert "did not keep the session cookie" in dropped.text and "https" in dropped.text
+    for name, value in SECURITY_HEADERS.items():
+        assert dropped.headers[name] == value

@@ -134,6 +134,43 @@ def test_unreachable_server():
     assert done.returncode == 2 and "cannot reach" in done.stderr
 
 
+class _KeyedPlatform(BaseHTTPRequestHandler):
+    """A stand-in for a platform whose model endpoints need an API key (zeroserve up's
+    default): every request without one is refused as the activator refuses it."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = json.dumps({"error": "missing API key: send 'Authorization: Bearer <key>'"})
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("WWW-Authenticate", "Bearer")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_refused_run_names_the_option_that_sends_a_key():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _KeyedPlatform)
+    thread = threading.Thread(target=httpd.serve_forever, name="fake-keyed-platform")
+    thread.start()
+    try:
+        done = _bench(
+            f"http://127.0.0.1:{httpd.server_address[1]}", "--model", "m", "--duration", "0.2s"
+        )
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+    assert done.returncode == 2
+    assert "answered 401" in done.stderr
+    assert "--header 'Authorization: Bearer <key>'" in done.stderr
+    assert "zeroserve keys create" in done.stderr
+
+
 class _Completions(BaseHTTPRequestHandler):
     """A stand-in OpenAI server: every POST is a completion of the prompt it was sent."""
 
