@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 _CACHE_OUTCOMES = frozenset({"hit", "miss", "local"})
 _PROGRESS_TIMEOUT_S = 2.0
 """A progress answer later than this is skipped: the next poll asks again."""
+_VERSIONS_TIMEOUT_S = 2.0
+"""A model's versions answered later than this are given as unknown: a page that shows
+them must not wait on a busy or stuck worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +254,23 @@ class WorkerClient:
         if not (isinstance(fetched, int) and isinstance(total, int)) or min(fetched, total) < 0:
             return None
         return fetched, total
+
+    async def served_versions(self, url: str, model: str) -> list[str] | None:
+        """The numbered versions of ``model`` the worker at ``url`` serves now (its
+        ``GET /v2/models/{name}``: the version folders its config's ``version_policy``
+        chose), in the worker's order; None on any failure (unreachable, slow, not loaded
+        there, an answer without a list of strings): it is shown, never acted on."""
+        try:
+            response = await self._http.get(
+                f"{url}/v2/models/{_segment(model)}", timeout=_VERSIONS_TIMEOUT_S
+            )
+            doc = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        versions = doc.get("versions") if isinstance(doc, dict) else None
+        if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
+            return None
+        return versions
 
     async def is_live(self, url: str) -> bool:
         """One liveness probe of the worker at ``url``."""

@@ -266,6 +266,7 @@ class Platform:
                 backend,
                 lease,
                 inspector=inspector,
+                versions=workers,
                 follow=FollowLimits(poll_s=settings.follow_poll_s, max_s=settings.follow_max_s),
             )
             worker_metrics = None

@@ -383,6 +383,13 @@ class ModelStatus(BaseModel):
     sleeping: list[Replica] = Field(
         default_factory=list, description="Replicas asleep on their workers (LLM engines)"
     )
+    served_versions: list[str] | None = Field(
+        default=None,
+        description="The model's numbered versions (its version folders, as its config's "
+        "version_policy chose them) that a ready replica's worker says it serves; given "
+        "when one model is read (not in lists), null when no replica is ready or its "
+        "worker did not answer in time",
+    )
     in_flight: int = Field(description="Requests in flight on all activators")
     last_request_at: float | None = Field(description="Wall-clock seconds since the epoch")
     last_activation: dict[str, Any] | None = Field(description="The newest cold-start timeline")

@@ -38,6 +38,7 @@ __all__ = [
     "FollowLimits",
     "Inspector",
     "ReplicaControl",
+    "ServedVersions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,6 +93,13 @@ class Inspector(Protocol):
     async def check(self, record: ModelRecord) -> None: ...
 
 
+class ServedVersions(Protocol):
+    """Asks a worker which versions of a model it serves (``WorkerClient.served_versions``);
+    None when it cannot say."""
+
+    async def served_versions(self, url: str, model: str) -> list[str] | None: ...
+
+
 class AdminService:
     """The admin API's operations over the store, the orchestrator and the placer."""
 
@@ -107,8 +115,10 @@ class AdminService:
         clock: Callable[[], float] = time.monotonic,
         follow: FollowLimits | None = None,
         inspector: Inspector | None = None,
+        versions: ServedVersions | None = None,
     ) -> None:
         self._clock = clock
+        self._versions = versions
         self._follow = follow or FollowLimits()
         self._store = store
         self._inspector = inspector
@@ -162,7 +172,22 @@ class AdminService:
         return schemas.ModelList(models=[await self._view(r) for r in records])
 
     async def get(self, name: str) -> schemas.ModelView:
-        return await self._view(await self._record(name))
+        """The view of ``name``, with the versions a ready replica serves (the one view
+        that asks a worker: lists do not)."""
+        record = await self._record(name)
+        return await self._view(record, served_versions=await self.served_versions(name))
+
+    async def served_versions(self, name: str) -> list[str] | None:
+        """The numbered versions of ``name`` that one ready replica serves, as its worker
+        says; None with no ready replica, no ``versions`` to ask through, or no answer.
+        The replica asked is the newest of the newest registration generation."""
+        if self._versions is None:
+            return None
+        placements = await self._store.list_placements(name)
+        if not placements:
+            return None
+        newest = max(placements, key=lambda p: (p.generation, p.since))
+        return await self._versions.served_versions(newest.url, name)
 
     async def update(
         self, name: str, patch: schemas.ModelPatch, *, dry_run: bool = False
@@ -410,7 +435,9 @@ class AdminService:
         except Exception as exc:
             logger.warning("reloading %s after an update failed: %s", record.name, exc)
 
-    async def _view(self, record: ModelRecord) -> schemas.ModelView:
+    async def _view(
+        self, record: ModelRecord, *, served_versions: list[str] | None = None
+    ) -> schemas.ModelView:
         placements = await self._store.list_placements(record.name)
         sleeping = await self._store.list_sleeping(record.name)
         reports = await self._store.traffic(record.name)
@@ -454,6 +481,7 @@ class AdminService:
                     )
                     for s in sleeping
                 ],
+                served_versions=served_versions,
                 in_flight=sum(r.in_flight for r in reports),
                 last_request_at=max((r.last_request_at for r in reports), default=None),
                 last_activation=last,

@@ -51,6 +51,8 @@ class FakeBackend(PodBackend):
         self.started: list[str] = []
         self.stopped: list[str] = []
         self.start_gate: asyncio.Event | None = None
+        self.urls: list[str] = []
+        """URLs the next workers started get, in order (then made-up ones)."""
         self._count = 0
 
     async def ensure_pool(self, pool: PoolSpec) -> None:
@@ -63,7 +65,7 @@ class FakeBackend(PodBackend):
         self._count += 1
         worker = WorkerRecord(
             id=f"w{self._count}",
-            url=f"http://worker-{self._count}",
+            url=self.urls.pop(0) if self.urls else f"http://worker-{self._count}",
             pool=pool,
             device=spec.device,
             memory_bytes=spec.memory_bytes,

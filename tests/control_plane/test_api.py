@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 from control_plane import usage
 from control_plane.activation import Orchestrator
 from control_plane.api.app import create_app
-from control_plane.api.service import AdminService
+from control_plane.api.service import AdminService, ServedVersions
 from control_plane.backends.base import PoolSpec
 from control_plane.metrics import ControlPlaneMetrics
 from control_plane.placement import Placer
@@ -51,8 +51,9 @@ async def api() -> AsyncIterator[Api]:
 
 
 @contextlib.asynccontextmanager
-async def running_api() -> AsyncIterator[Api]:
-    """The admin API over the in-memory store, a fake backend and fake workers, in process."""
+async def running_api(*, versions: ServedVersions | None = None) -> AsyncIterator[Api]:
+    """The admin API over the in-memory store, a fake backend and fake workers, in process;
+    ``versions`` asks workers for a model's served versions (none: never asked)."""
     settings = make_settings()
     store = MemoryStateStore()
     backend = FakeBackend()
@@ -64,7 +65,7 @@ async def running_api() -> AsyncIterator[Api]:
     metrics = ControlPlaneMetrics(registry)
     placer = Placer(store, backend, pool, workers, settings)
     orchestrator = Orchestrator(store, placer, settings, metrics, acting)
-    service = AdminService(store, orchestrator, placer, backend, acting)
+    service = AdminService(store, orchestrator, placer, backend, acting, versions=versions)
     app = create_app(
         service,
         token=TOKEN,
@@ -326,6 +327,7 @@ async def test_register_list_show(api: Api):
         "state": "scaled_to_zero",
         "replicas": [],
         "sleeping": [],
+        "served_versions": None,
         "in_flight": 0,
         "last_request_at": None,
         "last_activation": None,

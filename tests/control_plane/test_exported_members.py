@@ -17,6 +17,7 @@ EXPORTS = {
         "FollowLimits",
         "Inspector",
         "ReplicaControl",
+        "ServedVersions",
     },
     "control_plane.api.watch": {"describe", "server_sent_events", "watch"},
     "control_plane.api.console.guard": {

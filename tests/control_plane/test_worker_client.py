@@ -202,3 +202,31 @@ async def test_fetch_progress_is_read_when_the_worker_says_and_none_otherwise(
         assert await client.fetch_progress(WORKER, "m") == expected
     finally:
         await client.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "expected"),
+    [
+        pytest.param(200, {"name": "m", "versions": ["1", "3"]}, ["1", "3"], id="served"),
+        pytest.param(404, {"error": "unknown model"}, None, id="not-loaded-there"),
+        pytest.param(200, {"name": "m", "versions": [1]}, None, id="not-strings"),
+        pytest.param(200, {"name": "m"}, None, id="no-versions"),
+        pytest.param(200, None, None, id="not-json"),
+    ],
+)
+async def test_served_versions_are_the_workers_list_and_none_otherwise(
+    status: int, answer: dict[str, object] | None, expected: list[str] | None
+):
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v2/models/m"
+        if answer is None:
+            return httpx.Response(status, content=b"<html>")
+        return httpx.Response(status, json=answer)
+
+    client = WorkerClient(
+        load_timeout_s=5, unload_timeout_s=5, transport=httpx.MockTransport(handle)
+    )
+    try:
+        assert await client.served_versions(WORKER.url, "m") == expected
+    finally:
+        await client.close()
