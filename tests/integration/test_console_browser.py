@@ -219,6 +219,8 @@ def test_the_console_from_login_to_delete(platform: Platform, browser: WebDriver
     assert re.search(r"admin: ready on \S+ in ", watched), watched
     bars = browser.find_elements(By.CSS_SELECTOR, "article.outcome-ready svg.timeline rect")
     assert len(bars) >= 3  # worker start, fetch, engine build, publish
+    # Asked of the replica's worker: the one version folder the model has.
+    assert text_of(browser, "#served-versions") == "1"
     shot(browser, "model-loaded")
 
     assert infer(platform, "slow-console", key).is_success
