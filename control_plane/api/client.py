@@ -197,6 +197,8 @@ _MODEL_FIELDS = (
     Column("STATE", "status.state"),
     Column("REPLICAS", _replicas),
     Column("SLEEPING", lambda view: [r["worker_id"] for r in view["status"]["sleeping"]]),
+    # Absent from an admin API older than the field: shown as missing, not an error.
+    Column("VERSIONS", lambda view: view["status"].get("served_versions")),
     Column("IN_FLIGHT", "status.in_flight"),
     Column("LAST_REQUEST", "status.last_request_at", "age"),
     Column("LAST_ACTIVATION", _last_activation),

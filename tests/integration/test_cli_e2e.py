@@ -131,6 +131,7 @@ def test_every_models_command_in_every_format(user: Platform, capsys):
     assert code == 0, err
     assert table_value(out, "STATE") == "ready"
     assert re.match(r"ready in [\d.]+ (ms|s), cache local", table_value(out, "LAST_ACTIVATION"))
+    assert table_value(out, "VERSIONS") == "1"  # as the replica's worker says
 
     # show adds the model's last 24 hours of usage (the admin API's /usage), once the
     # control plane has written it (every few seconds): the load just done is loading time
