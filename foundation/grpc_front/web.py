@@ -147,16 +147,41 @@ def timeout_header(timeout_s: float) -> bytes:
     return b"%dS" % min(-(-millis // 1000), 99_999_999)
 
 
+_FRAMING: Final = frozenset(
+    {
+        "connection",
+        "content-length",
+        "content-type",
+        "expect",
+        "host",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
+"""Names HTTP/1.1 reads as the request's framing or its connection's: as metadata they would
+change what the request means (a caller's ``transfer-encoding`` smuggling a second request
+onto a shared connection), so they are never sent as metadata."""
+_UNSAFE: Final = frozenset("\r\n\0")
+
+
 def metadata_headers(metadata: Iterable[tuple[str, str | bytes]]) -> list[tuple[bytes, bytes]]:
     """gRPC metadata as HTTP headers: ``-bin`` values base64 (as gRPC sends them on the
-    wire), text values as they are (gRPC allows printable ASCII only)."""
+    wire), text values as they are (gRPC allows printable ASCII only). Framing and
+    connection names, and names or values no HTTP/1.1 header can carry, are left out."""
     headers: list[tuple[bytes, bytes]] = []
     for key, value in metadata:
+        if key in _FRAMING or not key.isascii() or _UNSAFE.intersection(key):
+            continue
         if key.endswith("-bin"):
             raw = value if isinstance(value, bytes) else value.encode("latin-1")
             headers.append((key.encode("ascii"), base64.b64encode(raw)))
-        else:
-            text = value.decode("latin-1") if isinstance(value, bytes) else value
+            continue
+        text = value.decode("latin-1") if isinstance(value, bytes) else value
+        if text.isascii() and not _UNSAFE.intersection(text):
             headers.append((key.encode("ascii"), text.encode("ascii")))
     return headers
 

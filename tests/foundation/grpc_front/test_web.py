@@ -90,6 +90,23 @@ def test_metadata_becomes_headers_binary_values_in_base64() -> None:
     assert headers == [(b"x-id", b"7"), (b"trace-bin", base64.b64encode(b"\x00\xff"))]
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("transfer-encoding", "chunked"),
+        ("content-length", "0"),
+        ("connection", "close"),
+        ("host", "elsewhere"),
+        ("content-type", "text/plain"),
+        ("x-split", "a\r\nx-injected: 1"),
+        ("x-null", "a\0b"),
+        ("x-wide", "caf\u00e9"),
+    ],
+)
+def test_metadata_that_would_change_the_request_is_not_sent(key: str, value: str) -> None:
+    assert metadata_headers([(key, value), ("x-kept", "1")]) == [(b"x-kept", b"1")]
+
+
 @contextlib.asynccontextmanager
 async def _web_server() -> AsyncIterator[tuple[str, Recorder]]:
     recorder = Recorder()
