@@ -41,11 +41,15 @@ _CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
 _HOP_KEYS: Final = frozenset({b"grpc-status", b"grpc-message"})
 
 
+_WEB_TYPES: Final = frozenset({b"application/grpc-web", CONTENT_TYPE})
+"""Binary gRPC-Web; the base64 ``-text`` variant browsers may send is not served."""
+
+
 def is_grpc_web(scope: Scope) -> bool:
-    """Whether an HTTP request is a gRPC-Web call (its content type says so)."""
+    """Whether an HTTP request is a (binary) gRPC-Web call, as its content type says."""
     for name, value in scope["headers"]:
         if name == b"content-type":
-            return bool(value.startswith(b"application/grpc-web"))
+            return value.split(b";", 1)[0].strip().lower() in _WEB_TYPES
     return False
 
 

@@ -20,6 +20,7 @@ from foundation.grpc_front.web import (
     CONTENT_TYPE,
     GrpcWebApp,
     WebProtocolError,
+    is_grpc_web,
     metadata_headers,
     parse_answer,
     request_body,
@@ -105,6 +106,22 @@ def test_metadata_becomes_headers_binary_values_in_base64() -> None:
 )
 def test_metadata_that_would_change_the_request_is_not_sent(key: str, value: str) -> None:
     assert metadata_headers([(key, value), ("x-kept", "1")]) == [(b"x-kept", b"1")]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "is_web"),
+    [
+        (b"application/grpc-web", True),
+        (b"application/grpc-web+proto", True),
+        (b"Application/gRPC-Web+proto; charset=x", True),
+        (b"application/grpc-web-text", False),
+        (b"application/grpc", False),
+        (b"application/json", False),
+    ],
+)
+def test_only_binary_grpc_web_is_taken(content_type: bytes, is_web: bool) -> None:
+    assert is_grpc_web({"headers": [(b"content-type", content_type)]}) is is_web
+    assert not is_grpc_web({"headers": []})
 
 
 @contextlib.asynccontextmanager
