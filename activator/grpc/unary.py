@@ -165,10 +165,11 @@ class UnaryForward:
                 dispatch.not_connected(model, turn)
                 requeue = True
                 continue
-            except (ZeroserveError, WorkerStatusError):
+            except (ZeroserveError, WorkerStatusError) as exc:
                 replica.progress_at = loop.time()
                 turn.release()
-                if sequence is not None:
+                # A call that found every connection busy never reached the worker.
+                if sequence is not None and not isinstance(exc, UpstreamBusyError):
                     dispatch.sequence_sent(model, sequence, replica.worker_id)
                 raise
             except BaseException:
