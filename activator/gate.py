@@ -5,7 +5,8 @@ In order: the key is authenticated (401 / UNAUTHENTICATED), its rate and in-flig
 let the request in (429 / RESOURCE_EXHAUSTED), then, once the model is known, the key's
 scope must cover it (403 / PERMISSION_DENIED, checked before the model's registration, so
 an answer says nothing about models outside the scope), and a request that would start the
-model from zero spends one of the key's activations. An anonymous caller never buffers a
+model from zero spends one of the key's activations (one per cold start, however many
+requests arrive for it at once). An anonymous caller never buffers a
 request or starts a worker.
 
 With auth off (an explicit setting) every request passes as anonymous, unlimited.
@@ -13,6 +14,7 @@ With auth off (an explicit setting) every request passes as anonymous, unlimited
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -62,6 +64,8 @@ class Gate:
     def __init__(self, ring: KeyRing | None, quotas: Quotas) -> None:
         self.ring = ring
         self.quotas = quotas
+        self._charging: dict[str, asyncio.Future[bool]] = {}
+        """Models whose activation charge is being decided, and whether it was granted."""
 
     @property
     def is_enabled(self) -> bool:
@@ -93,11 +97,36 @@ class Gate:
             return True
         return self.ring.still_valid(admitted.key)
 
-    async def activation(self, admitted: Pass) -> None:
-        """Spend one of the key's activations on a request that would start a model.
+    async def activation(
+        self, admitted: Pass, model: str, would_activate: Callable[[str], bool]
+    ) -> None:
+        """Spend one of the key's activations when a request of ``model`` would start it
+        (``would_activate``: no ready replica, no activation under way).
+
+        One charge per cold start: a request that finds another request's charge for the
+        same model being decided (the shared counters answer over the network) waits for
+        it, and joins the cold start that charge pays for, free as joining any cold start
+        is; if that charge was refused, the next request charges its own key.
 
         Raises:
             QuotaExceededError: none left this hour.
         """
-        if admitted.key is not None:
+        if admitted.key is None:
+            return
+        while would_activate(model):
+            pending = self._charging.get(model)
+            if pending is None:
+                break
+            if await asyncio.shield(pending):
+                return
+        else:
+            return
+        decided: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._charging[model] = decided
+        granted = False
+        try:
             await self.quotas.charge_activation(admitted.key)
+            granted = True
+        finally:
+            del self._charging[model]
+            decided.set_result(granted)

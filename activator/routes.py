@@ -128,8 +128,7 @@ async def metrics(request: Request) -> Response:
 
 async def _charge_activation(request: Request, state: ActivatorState, name: str) -> None:
     """Spend one of the key's activations when this request would start ``name``."""
-    if state["proxy"].would_activate(name):
-        await state["gate"].activation(admitted(request.scope))
+    await state["gate"].activation(admitted(request.scope), name, state["proxy"].would_activate)
 
 
 async def _require(catalog: ModelCatalog, name: str) -> None:

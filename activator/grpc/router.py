@@ -206,10 +206,11 @@ class GrpcRouter:
             if rpc == "ModelStatistics" and not model:
                 raise _Refusal(GrpcStatus(grpc.StatusCode.UNIMPLEMENTED, _ALL_MODELS_STATISTICS))
             self._gate.authorize(admission, model)
-            if admission.key is not None and self._parts.buffer.would_activate(model):
+            would_activate = self._parts.buffer.would_activate
+            if admission.key is not None and would_activate(model):
                 # Registered first: an unknown name must not spend an activation.
                 await self._dispatch.require(model)
-                await self._gate.activation(admission)
+                await self._gate.activation(admission, model, would_activate)
             return await self._unary(model, rpc, data, context)
 
         return forward
@@ -235,7 +236,9 @@ class GrpcRouter:
                     if is_known is None:
                         is_known = await catalog.is_registered(model)
                     if is_known:
-                        await self._gate.activation(admission)
+                        await self._gate.activation(
+                            admission, model, self._parts.buffer.would_activate
+                        )
             except ZeroserveError as exc:
                 return grpc_status(exc, "ModelStreamInfer")
             return None

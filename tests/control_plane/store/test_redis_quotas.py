@@ -4,11 +4,13 @@ activator's local fallback still bounds its requests."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 
 from activator.errors import QuotaExceededError
+from activator.gate import Gate, Pass
 from activator.quotas import LocalCounters, Quotas
 from control_plane.store.redis.quotas import RedisQuotaCounters
 from foundation.keys import ApiKeyRecord, KeyLimits
@@ -78,3 +80,42 @@ async def test_with_redis_stopped_each_activator_still_limits(
     results = [await admitted(activators[i % 2], record) for i in range(10)]
     assert sum(results) == 4
     assert results[:4] == [True] * 4
+
+
+async def test_requests_arriving_together_at_zero_are_charged_one_activation(
+    activators: list[Quotas],
+):
+    # Every charge waits on Redis: without coalescing, each of these requests for a model
+    # at zero would be charged before any of them reached the buffer.
+    gate = Gate(None, activators[0])
+    record = key("cccccccccccc", activations_per_hour=2)
+    admission = Pass(record)
+    started: set[str] = set()
+
+    def would_activate(model: str) -> bool:
+        return model not in started
+
+    await asyncio.gather(*(gate.activation(admission, "m", would_activate) for _ in range(12)))
+    # One charge spent: the budget of two has one left, for another model's cold start.
+    await gate.activation(admission, "n", would_activate)
+    with pytest.raises(QuotaExceededError):
+        await gate.activation(admission, "o", would_activate)
+    # A model that is up (or starting) costs nothing.
+    started.add("o")
+    await gate.activation(admission, "o", would_activate)
+
+
+async def test_a_refused_charge_leaves_the_cold_start_to_another_key(
+    activators: list[Quotas],
+):
+    gate = Gate(None, activators[0])
+    spent = Pass(key("dddddddddddd", activations_per_hour=0))
+    funded = Pass(key("eeeeeeeeeeee", activations_per_hour=1))
+    results = await asyncio.gather(
+        gate.activation(spent, "m", lambda model: True),
+        gate.activation(funded, "m", lambda model: True),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], QuotaExceededError) and results[1] is None
+    with pytest.raises(QuotaExceededError):
+        await gate.activation(funded, "n", lambda model: True)
