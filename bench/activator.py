@@ -28,6 +28,7 @@ process with py-spy under activator load instead and writes ``...-activator-prof
     python bench/activator.py --profile    # where the activator's time goes
     python bench/activator.py --keys       # API keys and quotas on against off
     python bench/activator.py --keys --same  # the same, both platforms keys off: noise floor
+                                             # (the same header sent, unchecked)
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ ADDED_P50_MS: Final = 1.0
 ADDED_P99_MS: Final = 3.0
 MAX_CONNECTIONS: Final = 256
 """The open loop's connections at most (a request with none idle waits, its latency running)."""
+_UNCHECKED_KEY: Final = "zs_0123456789ab_" + "A" * 43
+"""What the A/A run sends in place of a key: the shape of one, so that both runs put the
+same bytes on the wire."""
 KEYS_OFF: Final = "keys-off"
 KEYS_ON: Final = "keys-on"
 LOG_OFF: Final = "log-off"
@@ -343,8 +347,8 @@ def _start_model(
 ) -> _Setup:
     """Register the model with one replica on each platform, wait for it, and check every
     way's answers. Plain: the way through the activator and the way straight to its worker;
-    with keys: each platform's activator, the keyed one with its key (none when not
-    ``keyed``: an A/A run)."""
+    with keys: each platform's activator, the keyed one with its key (when not ``keyed``, an
+    A/A run, a key of the same shape that nothing checks)."""
     ways: dict[str, _Way] = {}
     for path, platform in platforms.items():
         platform.register(model, str(model_dir), {"min_replicas": 1, "max_replicas": 1})
@@ -356,6 +360,10 @@ def _start_model(
             key = {"name": "bench", "models": [model], "limits": KEY_LIMITS}
             created = platform.admin("POST", "/keys", key, expect=(201,))
             headers = (("Authorization", f"Bearer {created['key']}"),)
+        elif path == KEYS_ON:
+            # The A/A run sends the same bytes as the keyed one: a key of the same shape,
+            # which a platform with keys off reads past.
+            headers = (("Authorization", f"Bearer {_UNCHECKED_KEY}"),)
         ways[path] = _Way(platform.port, platform, worker_pid, headers)
         if path == ACTIVATOR:
             worker_port = int(str(worker["url"]).rsplit(":", 1)[1])
