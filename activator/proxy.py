@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from functools import partial
+from typing import Final
 from urllib.parse import quote
 
 import anyio
@@ -38,6 +39,7 @@ from activator.upstream import (
     UpstreamReadTimeoutError,
     UpstreamResponse,
 )
+from foundation.errors import ZeroserveError
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +66,29 @@ the caller's API key is the activator's to check (a worker never sees, or logs, 
 
 _WHOLE_ANSWER_MAX_BYTES = 1 << 20
 """Answers up to this size are read whole from the worker before their head is passed on."""
+
+
+UPSTREAM_FAILURES: Final = (
+    UpstreamPoolTimeoutError,
+    UpstreamReadTimeoutError,
+    UpstreamProtocolError,
+)
+"""How a request to a worker fails once it could have a connection (see
+:func:`upstream_failure`); a connection that could not be opened is not among them."""
+
+
+def upstream_failure(
+    error: Exception, *, model: str, url: str, timeout_s: float, retry_after_s: int
+) -> ZeroserveError:
+    """What the client gets for ``error`` (one of :data:`UPSTREAM_FAILURES`) on a request
+    to the worker at ``url``: every connection busy is 503 (with ``retry_after_s``), no
+    answer within ``timeout_s`` 504, a connection the worker broke 502. The HTTP proxy and
+    the gRPC-Web hop answer alike."""
+    if isinstance(error, UpstreamPoolTimeoutError):
+        return UpstreamBusyError(model=model, retry_after_s=retry_after_s)
+    if isinstance(error, UpstreamReadTimeoutError):
+        return UpstreamTimeoutError(model=model, url=url, timeout_s=timeout_s)
+    return UpstreamError(model=model, url=url, reason=str(error) or type(error).__name__)
 
 
 class _NotSentError(Exception):
@@ -291,15 +316,13 @@ class Proxy:
             return upstream, None
         except UpstreamConnectError as exc:
             raise _NotSentError from exc
-        except UpstreamPoolTimeoutError as exc:
-            raise UpstreamBusyError(model=model, retry_after_s=self._retry_after_s) from exc
-        except UpstreamReadTimeoutError as exc:
-            raise UpstreamTimeoutError(
-                model=model, url=replica.url, timeout_s=self._read_timeout_s
-            ) from exc
-        except UpstreamProtocolError as exc:
-            raise UpstreamError(
-                model=model, url=replica.url, reason=str(exc) or type(exc).__name__
+        except UPSTREAM_FAILURES as exc:
+            raise upstream_failure(
+                exc,
+                model=model,
+                url=replica.url,
+                timeout_s=self._read_timeout_s,
+                retry_after_s=self._retry_after_s,
             ) from exc
 
     async def _finish(

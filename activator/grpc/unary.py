@@ -31,15 +31,9 @@ from activator.grpc.dispatch import (
 from activator.grpc.status import Metadata
 from activator.grpc.wire import sequence_tag
 from activator.lb import Replica
+from activator.proxy import UPSTREAM_FAILURES, upstream_failure
 from activator.traffic import Traffic
-from activator.upstream import (
-    UpstreamConnectError,
-    UpstreamPool,
-    UpstreamPoolTimeoutError,
-    UpstreamProtocolError,
-    UpstreamReadTimeoutError,
-    UpstreamResponse,
-)
+from activator.upstream import UpstreamConnectError, UpstreamPool, UpstreamResponse
 from foundation import request_ids
 from foundation.errors import ZeroserveError
 from foundation.grpc_front.web import (
@@ -266,13 +260,11 @@ class _WebCall:
                     body = b"".join([chunk async for chunk in upstream.chunks()])
         except UpstreamConnectError:
             raise _NotSentError from None
-        except UpstreamPoolTimeoutError:
-            raise UpstreamBusyError(model=model, retry_after_s=retry_after_s) from None
-        except (TimeoutError, UpstreamReadTimeoutError):
+        except TimeoutError:
             raise UpstreamTimeoutError(model=model, url=url, timeout_s=timeout_s) from None
-        except UpstreamProtocolError as exc:
-            raise UpstreamError(
-                model=model, url=url, reason=str(exc) or type(exc).__name__
+        except UPSTREAM_FAILURES as exc:
+            raise upstream_failure(
+                exc, model=model, url=url, timeout_s=timeout_s, retry_after_s=retry_after_s
             ) from None
         finally:
             if upstream is not None:

@@ -52,6 +52,19 @@ def client_for(worker: Worker) -> WorkerClient:
     )
 
 
+def answering(path: str, status: int, answer: dict[str, object] | None) -> WorkerClient:
+    """A client of a worker that answers ``path`` (only) with ``status`` and ``answer`` as
+    JSON, or an HTML page when ``answer`` is None."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == path
+        if answer is None:
+            return httpx.Response(status, content=b"<html>")
+        return httpx.Response(status, json=answer)
+
+    return WorkerClient(load_timeout_s=5, unload_timeout_s=5, transport=httpx.MockTransport(handle))
+
+
 def test_load_body_carries_the_uri_and_a_named_config():
     model = ModelRecord(
         name="m", storage_uri="s3://b/m", backend="onnxruntime", config={"max_batch_size": 4}
@@ -189,15 +202,7 @@ async def test_a_name_is_one_path_segment_in_every_worker_url():
 async def test_fetch_progress_is_read_when_the_worker_says_and_none_otherwise(
     status: int, answer: dict[str, object] | None, expected: tuple[int, int] | None
 ):
-    def handle(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/v2/repository/models/m/progress"
-        if answer is None:
-            return httpx.Response(status, content=b"<html>")
-        return httpx.Response(status, json=answer)
-
-    client = WorkerClient(
-        load_timeout_s=5, unload_timeout_s=5, transport=httpx.MockTransport(handle)
-    )
+    client = answering("/v2/repository/models/m/progress", status, answer)
     try:
         assert await client.fetch_progress(WORKER, "m") == expected
     finally:
@@ -217,15 +222,7 @@ async def test_fetch_progress_is_read_when_the_worker_says_and_none_otherwise(
 async def test_served_versions_are_the_workers_list_and_none_otherwise(
     status: int, answer: dict[str, object] | None, expected: list[str] | None
 ):
-    def handle(request: httpx.Request) -> httpx.Response:
-        assert request.url.path == "/v2/models/m"
-        if answer is None:
-            return httpx.Response(status, content=b"<html>")
-        return httpx.Response(status, json=answer)
-
-    client = WorkerClient(
-        load_timeout_s=5, unload_timeout_s=5, transport=httpx.MockTransport(handle)
-    )
+    client = answering("/v2/models/m", status, answer)
     try:
         assert await client.served_versions(WORKER.url, "m") == expected
     finally:
